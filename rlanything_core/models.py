@@ -1,0 +1,415 @@
+"""Models: load with transformers, generate with per-sample seeds, score log-probs, train one
+PPO-clip update (full fine-tuning or LoRA), save and load checkpoints in Hugging Face format.
+
+The policy, the reward model and the environment model are all causal LMs with a chat template;
+this module serves all three.
+
+Choices (METHOD.md §1, policy loss):
+1. Generation is a plain batched decoding loop over the model's KV cache, so that every sample
+   draws from its own `torch.Generator` seeded by `derive_seed(...)`: a sample does not depend on
+   which other samples share its batch (up to floating-point effects of padding).
+2. Log-probs are taken from logits divided by the sampling temperature (as TRL and verl do), both
+   in the sampler and in training, so the two are comparable.
+3. The old log-probs of an update are recomputed with the loaded checkpoint before the first
+   optimizer step; the sampler's log-probs are kept only for diagnostics.
+4. EOS is appended to every training response that does not already end with it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+
+from rlanything_core.atomic import atomic_dir
+from rlanything_core.default_model import EMBEDDED_DEFAULT, ModelNotFoundError, ensure_default_model
+from rlanything_core.losses import ppo_clip_k3_loss
+
+Messages = Sequence[dict[str, str]]
+CHECKPOINT_META = "rlanything_checkpoint.json"
+
+
+def resolve_source(source: str) -> str:
+    """Turn a model source into something `from_pretrained` loads.
+
+    - "embedded:smollm2-135m-instruct": the embedded default, converted on first use;
+    - "tiny" or "tiny:<seed>": a tiny local model built on first use (tests, configs/tiny.yaml);
+    - a local directory in Hugging Face format (a checkpoint written by `save_checkpoint`);
+    - anything else is passed on as a hub id (needs network access).
+    """
+    if source == EMBEDDED_DEFAULT:
+        return str(ensure_default_model())
+    if source == "tiny" or source.startswith("tiny:"):
+        from rlanything_core.tiny import ensure_tiny_model
+
+        _, _, seed = source.partition(":")
+        return str(ensure_tiny_model(int(seed or 0)))
+    if source.startswith(("/", ".", "~")) and not Path(source).expanduser().is_dir():
+        raise ModelNotFoundError(
+            f"model path {source!r} does not exist; point it at a Hugging Face model directory "
+            f"or use {EMBEDDED_DEFAULT!r}."
+        )
+    return str(Path(source).expanduser()) if Path(source).expanduser().is_dir() else source
+
+
+def pick_device(device: str = "auto") -> torch.device:
+    """ "auto" → CUDA when available, else CPU."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def load_tokenizer(source: str) -> PreTrainedTokenizerBase:
+    tokenizer = AutoTokenizer.from_pretrained(resolve_source(source))
+    if tokenizer.chat_template is None:
+        raise ValueError(
+            f"the tokenizer of {source!r} has no chat template; use an instruct/chat model or add "
+            "`chat_template` to its tokenizer_config.json."
+        )
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(
+    source: str,
+    *,
+    device: str = "auto",
+    dtype: str = "auto",
+    trainable: bool = False,
+    lora_rank: int = 0,
+    lora_alpha: int = 32,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a causal LM and its tokenizer.
+
+    Args:
+        source: see `resolve_source`. A LoRA checkpoint (adapter_config.json) loads its base model
+            and the adapter on top.
+        dtype: "auto" = float32 on CPU, bfloat16 on CUDA; or a torch dtype name.
+        trainable: prepare for training (LoRA adapters stay separate and trainable).
+        lora_rank: when > 0 and `source` has no adapter yet, add a fresh LoRA adapter of this rank
+            to all linear layers (only with trainable=True).
+    """
+    path = resolve_source(source)
+    dev = pick_device(device)
+    torch_dtype = (
+        (torch.bfloat16 if dev.type == "cuda" else torch.float32)
+        if dtype == "auto"
+        else getattr(torch, dtype)
+    )
+    adapter_cfg = Path(path) / "adapter_config.json"
+    if adapter_cfg.is_file():
+        base_source = json.loads(adapter_cfg.read_text())["base_model_name_or_path"]
+        base = AutoModelForCausalLM.from_pretrained(resolve_source(base_source), dtype=torch_dtype)
+        peft_model = PeftModel.from_pretrained(base, path, is_trainable=trainable)
+        model: Any = peft_model if trainable else peft_model.merge_and_unload()
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+        if trainable and lora_rank > 0:
+            model = get_peft_model(
+                model,
+                LoraConfig(
+                    r=lora_rank,
+                    lora_alpha=lora_alpha,
+                    lora_dropout=0.0,
+                    target_modules="all-linear",
+                    task_type="CAUSAL_LM",
+                ),
+            )
+    model.to(dev)
+    model.train(trainable)
+    return model, load_tokenizer(path)
+
+
+def save_checkpoint(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: str | Path
+) -> Path:
+    """Write a Hugging Face checkpoint atomically: the LoRA adapter for a PEFT model, else the
+    full model; the tokenizer beside it."""
+    with atomic_dir(path) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        kind = "lora" if isinstance(model, PeftModel) else "full"
+        (tmp / CHECKPOINT_META).write_text(json.dumps({"kind": kind}) + "\n")
+    return Path(path)
+
+
+def encode_chat(tokenizer: PreTrainedTokenizerBase, messages: Messages) -> list[int]:
+    """Token ids of `messages` rendered by the chat template, ending with the assistant header."""
+    text = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:
+    """Every token id that ends a generation (tokenizer EOS and the generation config's)."""
+    ids = {tokenizer.eos_token_id}
+    gen_eos = getattr(model.generation_config, "eos_token_id", None)
+    ids |= set(gen_eos) if isinstance(gen_eos, list) else {gen_eos}
+    return {i for i in ids if i is not None}
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One sampled answer."""
+
+    text: str  # decoded response, special tokens removed
+    prompt_token_ids: list[int]
+    token_ids: list[int]  # response tokens as sampled, EOS included when it stopped
+    logprobs: list[float]  # the sampler's log-prob of each response token (temperature-scaled)
+    finish_reason: str  # "stop" (EOS) or "length" (max_new_tokens)
+
+
+@torch.no_grad()
+def generate(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[Messages],
+    seeds: Sequence[int],
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    batch_size: int = 8,
+    on_batch: Callable[[int], None] | None = None,
+) -> list[Generation]:
+    """Sample one answer per prompt, each from its own seeded generator.
+
+    Prompts are bucketed by length into batches of `batch_size`. temperature 0 decodes greedily.
+    `on_batch(n)` is called after each batch with its size (progress bars).
+    """
+    if len(prompts) != len(seeds):
+        raise ValueError(f"got {len(prompts)} prompts but {len(seeds)} seeds")
+    was_training = model.training
+    model.eval()
+    encoded = [encode_chat(tokenizer, p) for p in prompts]
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    stop = eos_ids(model, tokenizer)
+    results: list[Generation | None] = [None] * len(encoded)
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        outs = _decode_batch(
+            model,
+            [encoded[i] for i in chunk],
+            [seeds[i] for i in chunk],
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            stop=stop,
+            pad_id=tokenizer.pad_token_id,
+        )
+        for i, (tokens, logprobs, finished) in zip(chunk, outs, strict=True):
+            text_ids = tokens[:-1] if finished else tokens
+            results[i] = Generation(
+                text=str(tokenizer.decode(text_ids, skip_special_tokens=True)),
+                prompt_token_ids=encoded[i],
+                token_ids=tokens,
+                logprobs=logprobs,
+                finish_reason="stop" if finished else "length",
+            )
+        if on_batch is not None:
+            on_batch(len(chunk))
+    model.train(was_training)
+    return [r for r in results if r is not None]
+
+
+def _decode_batch(
+    model: PreTrainedModel,
+    prompt_ids: list[list[int]],
+    seeds: list[int],
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    stop: set[int],
+    pad_id: int,
+) -> list[tuple[list[int], list[float], bool]]:
+    device = model.device
+    batch, width = len(prompt_ids), max(len(p) for p in prompt_ids)
+    input_ids = torch.full((batch, width), pad_id, dtype=torch.long)  # (B, L), left-padded
+    attention = torch.zeros((batch, width), dtype=torch.long)  # (B, L)
+    for i, ids in enumerate(prompt_ids):
+        input_ids[i, width - len(ids) :] = torch.tensor(ids)
+        attention[i, width - len(ids) :] = 1
+    input_ids, attention = input_ids.to(device), attention.to(device)
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)  # (B, L)
+    generators = [torch.Generator(device=device).manual_seed(s) for s in seeds]
+
+    out = model(
+        input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True
+    )
+    tokens: list[list[int]] = [[] for _ in range(batch)]
+    logprobs: list[list[float]] = [[] for _ in range(batch)]
+    finished = [False] * batch
+    for _ in range(max_new_tokens):
+        logits = out.logits[:, -1, :].float()  # (B, V)
+        logp = torch.log_softmax(logits / temperature if temperature > 0 else logits, dim=-1)
+        if temperature > 0:
+            probs = logp.exp()
+            nxt = [
+                int(torch.multinomial(probs[i], 1, generator=generators[i])) for i in range(batch)
+            ]
+        else:
+            nxt = logp.argmax(dim=-1).tolist()
+        for i in range(batch):
+            if finished[i]:
+                nxt[i] = pad_id
+                continue
+            tokens[i].append(nxt[i])
+            logprobs[i].append(float(logp[i, nxt[i]]))
+            finished[i] = nxt[i] in stop
+        if all(finished):
+            break
+        attention = torch.cat([attention, attention.new_ones((batch, 1))], dim=1)  # (B, L+t)
+        positions = positions[:, -1:] + 1  # (B, 1)
+        out = model(
+            input_ids=torch.tensor(nxt, device=device)[:, None],
+            attention_mask=attention,
+            position_ids=positions,
+            past_key_values=out.past_key_values,
+            use_cache=True,
+        )
+    return list(zip(tokens, logprobs, finished, strict=True))
+
+
+def response_logprobs(
+    model: PreTrainedModel,
+    prompt_ids: Sequence[Sequence[int]],
+    response_ids: Sequence[Sequence[int]],
+    *,
+    temperature: float,
+    pad_id: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """log π(response token | prompt, earlier response tokens), temperature-scaled.
+
+    Rows are laid out as [left pad][prompt][response][right pad] so that every response starts at
+    the same column and only the last R+1 positions need logits.
+
+    Returns:
+        logp: (B, R) log-probs, R = longest response; mask: (B, R) 1.0 on real response tokens.
+    """
+    device = model.device
+    batch = len(prompt_ids)
+    p_width = max(len(p) for p in prompt_ids)
+    r_width = max(len(r) for r in response_ids)
+    ids = torch.full((batch, p_width + r_width), pad_id, dtype=torch.long)  # (B, P+R)
+    attention = torch.zeros_like(ids)  # (B, P+R)
+    mask = torch.zeros((batch, r_width))  # (B, R)
+    for i, (p, r) in enumerate(zip(prompt_ids, response_ids, strict=True)):
+        ids[i, p_width - len(p) : p_width] = torch.tensor(list(p))
+        ids[i, p_width : p_width + len(r)] = torch.tensor(list(r))
+        attention[i, p_width - len(p) : p_width + len(r)] = 1
+        mask[i, : len(r)] = 1.0
+    ids, attention, mask = ids.to(device), attention.to(device), mask.to(device)
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    out = model(
+        input_ids=ids, attention_mask=attention, position_ids=positions, logits_to_keep=r_width + 1
+    )
+    logits = out.logits[:, :-1, :].float()  # (B, R, V): position t predicts response token t
+    if temperature > 0:
+        logits = logits / temperature
+    logp = torch.log_softmax(logits, dim=-1)
+    targets = ids[:, p_width:]  # (B, R)
+    token_logp = logp.gather(-1, targets[..., None]).squeeze(-1)  # (B, R)
+    return token_logp * mask, mask
+
+
+@dataclass(frozen=True)
+class TrainSample:
+    """One prompt/response pair with its advantage."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    advantage: float
+
+
+def with_eos(response_ids: Sequence[int], eos_id: int) -> list[int]:
+    """The response ending with EOS (appended when it does not end with it already)."""
+    ids = list(response_ids)
+    return ids if ids and ids[-1] == eos_id else [*ids, eos_id]
+
+
+def ppo_update(
+    model: PreTrainedModel,
+    optimizer: torch.optim.Optimizer,
+    samples: Sequence[TrainSample],
+    *,
+    pad_id: int,
+    temperature: float = 1.0,
+    clip_eps: float = 0.2,
+    kl_beta: float = 0.01,
+    optimizer_steps: int = 4,
+    micro_batch_size: int = 4,
+    max_grad_norm: float = 1.0,
+    on_step: Callable[[int], None] | None = None,
+) -> dict[str, float]:
+    """One RL update: recompute old log-probs, then `optimizer_steps` steps on equal mini-batches.
+
+    The loss is `ppo_clip_k3_loss` with the old log-probs as both π_old and the KL reference.
+
+    Returns:
+        Means over optimizer steps of loss, policy_loss, kl, clip_fraction, ratio_mean and
+        grad_norm, plus samples (count).
+    """
+    if not samples:
+        raise ValueError("ppo_update needs at least one sample; skip the update when none is kept")
+    model.train()
+    old: list[torch.Tensor] = []
+    with torch.no_grad():
+        for start in range(0, len(samples), micro_batch_size):
+            micro = samples[start : start + micro_batch_size]
+            logp, mask = response_logprobs(
+                model,
+                [s.prompt_ids for s in micro],
+                [s.response_ids for s in micro],
+                temperature=temperature,
+                pad_id=pad_id,
+            )
+            old += [logp[i, : int(mask[i].sum())] for i in range(len(micro))]
+
+    steps = max(1, min(optimizer_steps, len(samples)))
+    chunks = [list(range(len(samples)))[k::steps] for k in range(steps)]
+    params = [p for p in model.parameters() if p.requires_grad]
+    totals: dict[str, float] = {}
+    for chunk in chunks:
+        optimizer.zero_grad(set_to_none=True)
+        for start in range(0, len(chunk), micro_batch_size):
+            idx = chunk[start : start + micro_batch_size]
+            logp, mask = response_logprobs(
+                model,
+                [samples[i].prompt_ids for i in idx],
+                [samples[i].response_ids for i in idx],
+                temperature=temperature,
+                pad_id=pad_id,
+            )
+            old_logp = torch.zeros_like(logp)  # (b, R)
+            for row, i in enumerate(idx):
+                old_logp[row, : old[i].shape[0]] = old[i]
+            adv = torch.tensor([samples[i].advantage for i in idx], device=logp.device)
+            loss, metrics = ppo_clip_k3_loss(
+                logp, old_logp, old_logp, adv, mask, clip_eps=clip_eps, kl_beta=kl_beta
+            )
+            weight = len(idx) / len(chunk)
+            (loss * weight).backward()
+            metrics["loss"] = loss.item()
+            for key, value in metrics.items():
+                totals[key] = totals.get(key, 0.0) + value * weight / steps
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        optimizer.step()
+        totals["grad_norm"] = totals.get("grad_norm", 0.0) + float(grad_norm) / steps
+        if on_step is not None:
+            on_step(1)
+    totals["samples"] = float(len(samples))
+    return totals
+
+
+def make_optimizer(
+    model: PreTrainedModel, lr: float, weight_decay: float = 0.0
+) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters (reference: lr 1e-6 for 7B models, weight decay 0)."""
+    return torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay
+    )

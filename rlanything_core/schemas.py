@@ -1,0 +1,232 @@
+"""Data contracts: one pyarrow schema per dataset a round produces, checked on write and on read.
+
+Every row carries provenance: the round, the environment task (id and version), the rollout and
+step it came from, the seed that produced it and the checkpoint that produced it. Users read these
+files with pandas; the column names are part of the public interface (README, "Run directory").
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rlanything_core.atomic import atomic_path
+
+
+class SchemaError(ValueError):
+    """A dataset file or frame does not match its declared schema."""
+
+
+def _f(name: str, typ: pa.DataType, nullable: bool = False) -> pa.Field:
+    return pa.field(name, typ, nullable=nullable)
+
+
+_TOKENS = pa.list_(pa.int32())
+
+# Provenance columns shared by the per-step datasets.
+_STEP_KEYS = [
+    _f("round", pa.int32()),
+    _f("task_id", pa.string()),
+    _f("task_version", pa.int32()),
+    _f("rollout_idx", pa.int32()),
+    _f("step_idx", pa.int32()),
+    _f("seed", pa.int64()),
+    _f("checkpoint", pa.string()),
+]
+
+SCHEMAS: dict[str, pa.Schema] = {
+    # The active task pool at the start of a round. `spec` is the environment's JSON task spec.
+    "tasks": pa.schema(
+        [
+            _f("round", pa.int32()),
+            _f("task_id", pa.string()),
+            _f("task_version", pa.int32()),
+            _f("parent_task_id", pa.string(), nullable=True),
+            _f("origin", pa.string()),  # "seed" | "rewritten"
+            _f("direction", pa.string(), nullable=True),  # "harder" | "easier" for rewrites
+            _f("created_round", pa.int32()),
+            _f("acc_parent", pa.float64(), nullable=True),  # parent's accuracy when rewritten
+            _f("acc_candidate", pa.float64(), nullable=True),  # this version's acceptance accuracy
+            _f("env", pa.string()),
+            _f("spec", pa.string()),
+        ]
+    ),
+    # One row per environment step of one rollout.
+    "rollouts": pa.schema(
+        [
+            *_STEP_KEYS,
+            _f("observation", pa.string()),  # what the policy saw before acting
+            _f("prompt", pa.string()),  # the chat-templated prompt text
+            _f("response", pa.string()),
+            _f(
+                "action", pa.string(), nullable=True
+            ),  # the chosen admissible action; null if invalid
+            _f("action_valid", pa.bool_()),
+            _f("next_observation", pa.string()),
+            _f("progress", pa.bool_()),  # ground truth from the expert planner
+            _f("done", pa.bool_()),
+            _f("outcome", pa.int8()),  # +1 success / −1 failure of the whole episode
+            _f("num_steps", pa.int32()),  # length of the episode this step belongs to
+            _f("finish_reason", pa.string()),  # "stop" (EOS) | "length" (max_new_tokens)
+            _f("prompt_token_ids", _TOKENS),
+            _f("response_token_ids", _TOKENS),
+            _f("sampler_logprobs", pa.list_(pa.float32())),
+        ]
+    ),
+    # One row per reward-model vote on one step.
+    "judgments": pa.schema(
+        [
+            *_STEP_KEYS,
+            _f("vote_idx", pa.int32()),
+            _f("prompt", pa.string()),
+            _f("reasoning", pa.string()),  # the reward model's whole answer
+            _f("verdict", pa.int8(), nullable=True),  # +1 / −1; null when it could not be parsed
+            _f("finish_reason", pa.string()),
+            _f("prompt_token_ids", _TOKENS),
+            _f("response_token_ids", _TOKENS),
+        ]
+    ),
+    # One row per step: the policy's training signal. Filtered rows: kept=False, advantage 0.
+    "policy_samples": pa.schema(
+        [
+            *_STEP_KEYS,
+            _f("outcome", pa.int8()),
+            _f("mean_verdict", pa.float64(), nullable=True),  # null in outcome-only mode
+            _f("reward", pa.float64()),
+            _f("advantage", pa.float64()),
+            _f("task_accuracy", pa.float64()),
+            _f("kept", pa.bool_()),
+        ]
+    ),
+    # One row per vote: the reward model's training signal. Filtered rows: kept=False, advantage 0.
+    "rm_samples": pa.schema(
+        [
+            *_STEP_KEYS,
+            _f("vote_idx", pa.int32()),
+            _f("verdict", pa.int8(), nullable=True),
+            _f("step_reward", pa.float64()),  # the integrated reward R of the judged step
+            _f("reward", pa.float64()),  # R · S, or the parse-failure penalty
+            _f("advantage", pa.float64()),
+            _f("task_accuracy", pa.float64()),
+            _f("kept", pa.bool_()),
+        ]
+    ),
+    # One row per rewrite the environment model proposed.
+    "candidates": pa.schema(
+        [
+            _f("round", pa.int32()),
+            _f("candidate_id", pa.string()),
+            _f("parent_task_id", pa.string()),
+            _f("parent_task_version", pa.int32()),
+            _f("direction", pa.string()),
+            _f("acc_parent", pa.float64()),
+            _f("critique", pa.string()),
+            _f("response", pa.string()),  # the environment model's whole answer
+            _f("spec", pa.string(), nullable=True),  # the proposed spec (JSON); null if none parsed
+            _f("valid", pa.bool_()),
+            _f("error", pa.string(), nullable=True),  # why the proposal was rejected as invalid
+            _f("seed", pa.int64()),
+            _f("checkpoint", pa.string()),
+        ]
+    ),
+    # One row per valid candidate: the acceptance check.
+    "acceptance": pa.schema(
+        [
+            _f("round", pa.int32()),
+            _f("candidate_id", pa.string()),
+            _f("parent_task_id", pa.string()),
+            _f("parent_task_version", pa.int32()),
+            _f("direction", pa.string()),
+            _f("acc_parent", pa.float64()),
+            _f("acc_candidate", pa.float64()),
+            _f("accepted", pa.bool_()),
+            _f("bounds", pa.string()),
+            _f("seed", pa.int64()),
+            _f("checkpoint", pa.string()),
+        ]
+    ),
+}
+
+
+def _check_table(table: pa.Table, dataset: str, where: str) -> None:
+    schema = SCHEMAS[dataset]
+    names = set(table.column_names)
+    missing = [n for n in schema.names if n not in names]
+    extra = sorted(names - set(schema.names))
+    if missing or extra:
+        raise SchemaError(
+            f"{where}: does not match the '{dataset}' schema: missing columns {missing}, "
+            f"unexpected columns {extra}. Expected exactly {schema.names} "
+            "(rlanything_core/schemas.py)."
+        )
+    for field in schema:
+        col = table.column(field.name)
+        if not col.type.equals(field.type):
+            raise SchemaError(
+                f"{where}: column '{field.name}' of '{dataset}' has type {col.type}, expected "
+                f"{field.type}."
+            )
+        if not field.nullable and col.null_count:
+            raise SchemaError(
+                f"{where}: column '{field.name}' of '{dataset}' has {col.null_count} null values "
+                "but may not be null."
+            )
+
+
+def to_table(frame: pd.DataFrame | Mapping[str, list[object]], dataset: str) -> pa.Table:
+    """Rows as an Arrow table of the declared schema, or a SchemaError naming the column."""
+    if dataset not in SCHEMAS:
+        raise SchemaError(f"unknown dataset {dataset!r}; known: {sorted(SCHEMAS)}")
+    schema = SCHEMAS[dataset]
+    df = frame if isinstance(frame, pd.DataFrame) else pd.DataFrame(dict(frame))
+    names = set(df.columns)
+    missing = [n for n in schema.names if n not in names]
+    extra = sorted(names - set(schema.names))
+    if missing or extra:
+        raise SchemaError(
+            f"rows for '{dataset}' do not match its schema: missing columns {missing}, "
+            f"unexpected columns {extra}."
+        )
+    # Convert with every field nullable, so that nulls are reported by _check_table by name.
+    relaxed = pa.schema([f.with_nullable(True) for f in schema])
+    try:
+        table = pa.Table.from_pandas(df[schema.names], schema=relaxed, preserve_index=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+        raise SchemaError(f"rows for '{dataset}' do not fit its schema: {exc}") from exc
+    _check_table(table, dataset, f"rows for '{dataset}'")
+    return pa.Table.from_arrays(table.columns, schema=schema)
+
+
+def write_dataset(
+    frame: pd.DataFrame | Mapping[str, list[object]], path: str | os.PathLike[str], dataset: str
+) -> Path:
+    """Check rows against the schema of `dataset`, then write them to `path` atomically."""
+    table = to_table(frame, dataset)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+    return Path(path)
+
+
+def read_dataset(path: str | os.PathLike[str], dataset: str) -> pd.DataFrame:
+    """Read a Parquet file and check it against the schema of `dataset`.
+
+    Raises SchemaError naming the file when it is missing, unreadable (truncated or corrupt) or of
+    the wrong shape.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise SchemaError(f"{p}: missing; rerun the stage that writes '{dataset}'.")
+    try:
+        table = pq.read_table(p)
+    except (pa.ArrowException, OSError) as exc:
+        raise SchemaError(
+            f"{p}: not a readable Parquet file (truncated or corrupt?): {exc}. Delete it and rerun "
+            f"the stage that writes '{dataset}'."
+        ) from exc
+    _check_table(table, dataset, str(p))
+    return table.to_pandas()

