@@ -40,17 +40,27 @@ def resolve_source(source: str) -> str:
     """Turn a model source into something `from_pretrained` loads.
 
     - "embedded:smollm2-135m-instruct": the embedded default, converted on first use;
-    - "tiny" or "tiny:<seed>": a tiny local model built on first use (tests, configs/tiny.yaml);
+    - "tiny:<seed>": a tiny random local model built on first use (tests);
+    - "tiny-policy:<seed>", "tiny-judge:<seed>", "tiny-envmodel:<seed>": tiny models warm-started
+      on expert-made data (tests, configs/tiny.yaml);
     - a local directory in Hugging Face format (a checkpoint written by `save_checkpoint`);
     - anything else is passed on as a hub id (needs network access).
     """
     if source == EMBEDDED_DEFAULT:
         return str(ensure_default_model())
-    if source == "tiny" or source.startswith("tiny:"):
-        from rlanything_core.tiny import ensure_tiny_model
+    if source == "tiny" or source.startswith("tiny"):
+        from rlanything_core.tiny import WARM_KINDS, ensure_tiny_model, ensure_warm_tiny_model
 
-        _, _, seed = source.partition(":")
-        return str(ensure_tiny_model(int(seed or 0)))
+        name, _, seed = source.partition(":")
+        kind = name.removeprefix("tiny").removeprefix("-")
+        if not kind:
+            return str(ensure_tiny_model(int(seed or 0)))
+        if kind in WARM_KINDS:
+            return str(ensure_warm_tiny_model(kind, int(seed or 0)))
+        raise ModelNotFoundError(
+            f"unknown tiny model {source!r}; use 'tiny:<seed>' or 'tiny-<kind>:<seed>' with kind "
+            f"in {WARM_KINDS}."
+        )
     if source.startswith(("/", ".", "~")) and not Path(source).expanduser().is_dir():
         raise ModelNotFoundError(
             f"model path {source!r} does not exist; point it at a Hugging Face model directory "
@@ -188,7 +198,8 @@ def generate(
     was_training = model.training
     model.eval()
     encoded = [encode_chat(tokenizer, p) for p in prompts]
-    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+    # Identical prompts end up side by side, so a batch prefills each of them once.
+    order = sorted(range(len(encoded)), key=lambda i: (len(encoded[i]), encoded[i]))
     stop = eos_ids(model, tokenizer)
     results: list[Generation | None] = [None] * len(encoded)
     for start in range(0, len(order), batch_size):
@@ -228,19 +239,27 @@ def _decode_batch(
     pad_id: int,
 ) -> list[tuple[list[int], list[float], bool]]:
     device = model.device
-    batch, width = len(prompt_ids), max(len(p) for p in prompt_ids)
-    input_ids = torch.full((batch, width), pad_id, dtype=torch.long)  # (B, L), left-padded
-    attention = torch.zeros((batch, width), dtype=torch.long)  # (B, L)
-    for i, ids in enumerate(prompt_ids):
-        input_ids[i, width - len(ids) :] = torch.tensor(ids)
-        attention[i, width - len(ids) :] = 1
+    batch = len(prompt_ids)
+    # Prefill each distinct prompt once (e.g. the m votes on one step), then copy its KV cache.
+    unique: dict[tuple[int, ...], int] = {}
+    row_of = [unique.setdefault(tuple(p), len(unique)) for p in prompt_ids]  # (B,) → unique row
+    width = max(len(p) for p in unique)
+    input_ids = torch.full((len(unique), width), pad_id, dtype=torch.long)  # (U, L), left-padded
+    attention = torch.zeros((len(unique), width), dtype=torch.long)  # (U, L)
+    for ids, u in unique.items():
+        input_ids[u, width - len(ids) :] = torch.tensor(ids)
+        attention[u, width - len(ids) :] = 1
     input_ids, attention = input_ids.to(device), attention.to(device)
-    positions = (attention.cumsum(-1) - 1).clamp(min=0)  # (B, L)
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)  # (U, L)
     generators = [torch.Generator(device=device).manual_seed(s) for s in seeds]
 
     out = model(
         input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True
     )
+    index = torch.tensor(row_of, device=device)
+    out.past_key_values.reorder_cache(index)  # (U, …) → (B, …)
+    out.logits = out.logits[index]
+    attention, positions = attention[index], positions[index]  # (B, L)
     tokens: list[list[int]] = [[] for _ in range(batch)]
     logprobs: list[list[float]] = [[] for _ in range(batch)]
     finished = [False] * batch
@@ -357,37 +376,33 @@ def ppo_update(
     if not samples:
         raise ValueError("ppo_update needs at least one sample; skip the update when none is kept")
     model.train()
-    old: list[torch.Tensor] = []
-    with torch.no_grad():
-        for start in range(0, len(samples), micro_batch_size):
-            micro = samples[start : start + micro_batch_size]
-            logp, mask = response_logprobs(
-                model,
-                [s.prompt_ids for s in micro],
-                [s.response_ids for s in micro],
-                temperature=temperature,
-                pad_id=pad_id,
-            )
-            old += [logp[i, : int(mask[i].sum())] for i in range(len(micro))]
-
     steps = max(1, min(optimizer_steps, len(samples)))
     chunks = [list(range(len(samples)))[k::steps] for k in range(steps)]
+    micro_batches = [
+        [chunk[i : i + micro_batch_size] for i in range(0, len(chunk), micro_batch_size)]
+        for chunk in chunks
+    ]
+
+    def logprobs(idx: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        return response_logprobs(
+            model,
+            [samples[i].prompt_ids for i in idx],
+            [samples[i].response_ids for i in idx],
+            temperature=temperature,
+            pad_id=pad_id,
+        )
+
+    # Old log-probs from the loaded checkpoint, batched exactly as the updates are batched, so
+    # that π_new = π_old holds bit for bit before the first step (padding changes rounding).
+    with torch.no_grad():
+        old = [[logprobs(idx)[0] for idx in micros] for micros in micro_batches]
+
     params = [p for p in model.parameters() if p.requires_grad]
     totals: dict[str, float] = {}
-    for chunk in chunks:
+    for chunk, micros, old_logps in zip(chunks, micro_batches, old, strict=True):
         optimizer.zero_grad(set_to_none=True)
-        for start in range(0, len(chunk), micro_batch_size):
-            idx = chunk[start : start + micro_batch_size]
-            logp, mask = response_logprobs(
-                model,
-                [samples[i].prompt_ids for i in idx],
-                [samples[i].response_ids for i in idx],
-                temperature=temperature,
-                pad_id=pad_id,
-            )
-            old_logp = torch.zeros_like(logp)  # (b, R)
-            for row, i in enumerate(idx):
-                old_logp[row, : old[i].shape[0]] = old[i]
+        for idx, old_logp in zip(micros, old_logps, strict=True):
+            logp, mask = logprobs(idx)
             adv = torch.tensor([samples[i].advantage for i in idx], device=logp.device)
             loss, metrics = ppo_clip_k3_loss(
                 logp, old_logp, old_logp, adv, mask, clip_eps=clip_eps, kl_beta=kl_beta

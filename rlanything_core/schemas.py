@@ -60,6 +60,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "rollouts": pa.schema(
         [
             *_STEP_KEYS,
+            _f("goal", pa.string()),  # the task's goal text
             _f("observation", pa.string()),  # what the policy saw before acting
             _f("prompt", pa.string()),  # the chat-templated prompt text
             _f("response", pa.string()),
@@ -150,6 +151,20 @@ SCHEMAS: dict[str, pa.Schema] = {
             _f("checkpoint", pa.string()),
         ]
     ),
+    # Supervised pairs of a fine-tuning step (warm start; RLoop's expert set).
+    "sft_samples": pa.schema(
+        [
+            _f("role", pa.string()),  # "policy" | "reward_model"
+            _f("task_id", pa.string()),
+            _f("step_idx", pa.int32()),
+            _f("seed", pa.int64()),
+            _f("checkpoint", pa.string()),  # the model the pairs train
+            _f("prompt", pa.string()),
+            _f("response", pa.string()),
+            _f("prompt_token_ids", _TOKENS),
+            _f("response_token_ids", _TOKENS),
+        ]
+    ),
 }
 
 
@@ -200,6 +215,11 @@ def to_table(frame: pd.DataFrame | Mapping[str, list[object]], dataset: str) -> 
         raise SchemaError(f"rows for '{dataset}' do not fit its schema: {exc}") from exc
     _check_table(table, dataset, f"rows for '{dataset}'")
     return pa.Table.from_arrays(table.columns, schema=schema)
+
+
+def rows_frame(rows: list[dict[str, object]], dataset: str) -> pd.DataFrame:
+    """Row dicts as a frame with exactly the columns of `dataset` (also when there are no rows)."""
+    return pd.DataFrame(rows, columns=SCHEMAS[dataset].names)
 
 
 def write_dataset(

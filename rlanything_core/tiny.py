@@ -12,8 +12,10 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from rlanything_core import demos
 from rlanything_core.atomic import atomic_dir
 from rlanything_core.default_model import CHATML_TEMPLATE, cache_root
+from rlanything_core.demos import Demo
 from rlanything_core.envs import household
 from rlanything_core.prompts import JUDGE_SYSTEM, POLICY_SYSTEM
 
@@ -95,4 +97,46 @@ def ensure_tiny_model(seed: int = 0) -> Path:
     target = cache_root() / f"tiny-llama-seed{seed}"
     if not (target / "model.safetensors").is_file():
         build_tiny_model(target, seed=seed)
+    return target
+
+
+WARM_KINDS = ("policy", "judge", "envmodel")
+WARM_EPOCHS = {"policy": 4, "judge": 4, "envmodel": 12}
+
+
+def warm_start_demos(kind: str, seed: int) -> list[Demo]:
+    """The supervised pairs a warm-started tiny model of `kind` is trained on."""
+    specs = household.generate_specs("id", 48, seed=seed)
+    if kind == "policy":
+        return demos.policy_demonstrations(
+            specs, noise=0.3, history_steps=2, seed=seed, explain=False
+        )
+    if kind == "judge":
+        return demos.judge_demonstrations(
+            specs, noise=0.5, label_noise=0.2, history_steps=2, seed=seed
+        )
+    if kind == "envmodel":
+        return demos.rewrite_demonstrations(
+            household.generate_specs("id", 200, seed=seed), seed=seed
+        )
+    raise ValueError(f"unknown tiny model kind {kind!r}; use one of {WARM_KINDS}")
+
+
+def ensure_warm_tiny_model(kind: str, seed: int = 0) -> Path:
+    """The tiny model of `kind` warm-started by supervised fine-tuning (full fine-tuning at lr 3e-3)
+    on expert-made pairs, built once into the cache."""
+    from rlanything_core.training import sft_finetune
+
+    target = cache_root() / f"tiny-{kind}-seed{seed}"
+    if not (target / "model.safetensors").is_file():
+        sft_finetune(
+            str(ensure_tiny_model(seed)),
+            target,
+            warm_start_demos(kind, seed),
+            device="cpu",
+            lr=3e-3,
+            epochs=WARM_EPOCHS[kind],
+            micro_batch_size=16,
+            seed=seed,
+        )
     return target

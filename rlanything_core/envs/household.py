@@ -13,6 +13,7 @@ Differences from ALFWorld, on purpose:
 1. Worlds are generated from a small spec (rooms, distractors, goal type, step limit, a layout
    seed), so the environment model adapts a task by editing a few JSON fields.
 2. Houses have several rooms: "go to <room>" moves between rooms, "go to <receptacle>" within one.
+   A room's description shows what lies on its open receptacles; closed ones must be opened.
 3. Heating, cooling and cleaning work on any held object; the goal checks the object type.
 """
 
@@ -347,11 +348,20 @@ def admissible_actions(w: World) -> list[str]:
 
 def _describe_location(w: World) -> str:
     if w.agent_at is None:
-        return f"You are in the {w.agent_room}. Here you see: {', '.join(w.rooms[w.agent_room])}."
+        seen = ", ".join(_glance(w, rec) for rec in w.rooms[w.agent_room])
+        return f"You are in the {w.agent_room}. Here you see: {seen}."
     rec = w.agent_at
     if not w.accessible(rec):
         return f"You are at {rec}. The {rec} is closed."
     return f"You are at {rec}. {_contents_text(w, rec)}"
+
+
+def _glance(w: World, rec: str) -> str:
+    """A receptacle as seen from across the room: what lies on it, unless it is closed."""
+    if not w.accessible(rec):
+        return f"{rec} (closed)"
+    objs = w.contents[rec]
+    return f"{rec} ({', '.join(objs) if objs else 'empty'})"
 
 
 def _contents_text(w: World, rec: str) -> str:

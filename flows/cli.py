@@ -1,0 +1,126 @@
+"""The `rlanything` command line.
+
+rlanything train --config FILE [--rounds N] [--run-dir DIR] [--seed S]
+rlanything resume --run-dir DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+
+TABLE_COLUMNS = (
+    ("policy/accuracy", "accuracy"),
+    ("policy/mean_reward", "mean R"),
+    ("policy/loss", "policy loss"),
+    ("reward_model/process_accuracy", "RM process acc"),
+    ("reward_model/parse_failures", "RM parse fails"),
+    ("reward_model/loss", "RM loss"),
+    ("env/candidates", "candidates"),
+    ("env/accepted_tasks", "accepted"),
+    ("env/accepted_tasks_total", "accepted total"),
+)
+
+
+def _prefect_defaults() -> None:
+    """Make Prefect's ephemeral local server patient and quiet unless the user says otherwise."""
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+
+def _print_summary(summary: dict[str, Any], seconds: float) -> None:
+    table = Table(title=f"rlanything: {summary['run_dir']}")
+    table.add_column("round", justify="right")
+    for _, label in TABLE_COLUMNS:
+        table.add_column(label, justify="right")
+    for row in summary["rounds"]:
+        cells = [f"{row[key]:.3g}" if key in row else "–" for key, _ in TABLE_COLUMNS]
+        table.add_row(str(row["round"]), *cells)
+    console.print(table)
+    timing = (
+        [k for k in summary["rounds"][-1] if k.startswith("timing/")] if summary["rounds"] else []
+    )
+    if timing:
+        last = summary["rounds"][-1]
+        console.print(
+            "stage seconds (last round): "
+            + ", ".join(
+                f"{k.removeprefix('timing/').removesuffix('_s')} {last[k]:.1f}" for k in timing
+            )
+        )
+    flow_run_id = summary["prefect_flow_run_ids"][-1]
+    console.print(f"finished in {seconds:.0f} s; files in {summary['run_dir']}")
+    console.print(
+        f"Prefect UI:  prefect server start  → http://127.0.0.1:4200/runs/flow-run/{flow_run_id}"
+    )
+    console.print(f"MLflow UI:   {summary['mlflow_ui']}")
+
+
+def _train(args: argparse.Namespace) -> int:
+    from rlanything_core.config import load_config
+
+    config = load_config(args.config)
+    updates: dict[str, Any] = {}
+    if args.rounds is not None:
+        updates["rounds"] = args.rounds
+    if args.seed is not None:
+        updates["seed"] = args.seed
+    config = config.model_copy(update=updates)
+    run_dir = args.run_dir or f"runs/{Path(args.config).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return _run(config, run_dir)
+
+
+def _resume(args: argparse.Namespace) -> int:
+    from rlanything_core.config import load_config
+    from rlanything_core.rundir import RunDir
+
+    run = RunDir(args.run_dir)
+    if not run.config_path.is_file():
+        console.print(f"[red]{run.root} holds no config.yaml: not a run directory.[/red]")
+        return 2
+    return _run(load_config(run.config_path), str(run.root))
+
+
+def _run(config: Any, run_dir: str) -> int:
+    _prefect_defaults()
+    from flows.train import rlanything_train
+
+    start = time.perf_counter()
+    summary = rlanything_train(config=config, run_dir=run_dir)
+    _print_summary(summary, time.perf_counter() - start)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rlanything", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    train = sub.add_parser("train", help="start a training run (or continue an identical one)")
+    train.add_argument("--config", required=True, help="YAML config, e.g. configs/demo.yaml")
+    train.add_argument("--rounds", type=int, help="override the config's number of rounds")
+    train.add_argument("--run-dir", help="where the run's files go (default runs/<config>-<time>)")
+    train.add_argument("--seed", type=int, help="override the config's base seed")
+    train.set_defaults(func=_train)
+    resume = sub.add_parser("resume", help="continue a run after its last finished stage")
+    resume.add_argument("--run-dir", required=True)
+    resume.set_defaults(func=_resume)
+    args = parser.parse_args(argv)
+    from rlanything_core.config import ConfigError
+
+    try:
+        return int(args.func(args))
+    except (ConfigError, FileNotFoundError, ValueError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""`rlanything-round`: one RLAnything iteration as a Prefect flow of seven stage tasks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+from rlanything_core.config import RunConfig
+from rlanything_core.rundir import RunDir
+from rlanything_core.schemas import read_dataset
+from tasks.stages import STAGES
+
+SUMMARY_METRICS = (
+    "policy/accuracy",
+    "policy/mean_reward",
+    "policy/loss",
+    "reward_model/process_accuracy",
+    "reward_model/parse_failures",
+    "env/candidates",
+    "env/accepted_tasks",
+)
+
+
+@flow(name="rlanything-round", flow_run_name="round-{round_idx}")
+def rlanything_round(config: RunConfig, run_dir: str, round_idx: int) -> dict[str, float]:
+    """rollout → reward-scoring → advantage-computation → policy-update → rm-update →
+    task-rewriting → acceptance-check. Returns the round's metrics (timing/<stage>_s included)."""
+    metrics: dict[str, float] = {}
+    for stage in STAGES:
+        record: dict[str, Any] = stage(config, run_dir, round_idx)
+        metrics |= record["metrics"]
+        metrics[f"timing/{record['stage'].replace('-', '_')}_s"] = float(record["seconds"])
+    _publish(RunDir(run_dir), round_idx, metrics)
+    return metrics
+
+
+def _publish(run: RunDir, round_idx: int, metrics: dict[str, float]) -> None:
+    """Prefect artifacts: the round's rewrites as a table and a markdown summary."""
+    candidates = read_dataset(run.dataset(round_idx, "candidates"), "candidates")
+    acceptance = read_dataset(run.dataset(round_idx, "acceptance"), "acceptance")
+    pool = read_dataset(run.dataset(round_idx, "tasks"), "tasks").set_index(
+        ["task_id", "task_version"]
+    )
+    decided = acceptance.set_index("candidate_id")
+    table = []
+    for row in candidates.itertuples():
+        verdict = decided.loc[row.candidate_id] if row.candidate_id in decided.index else None
+        table.append(
+            {
+                "candidate": row.candidate_id,
+                "original": pool.loc[(row.parent_task_id, row.parent_task_version), "spec"],
+                "rewritten": row.spec or f"(invalid: {row.error})",
+                "direction": row.direction,
+                "acc_before": round(float(row.acc_parent), 3),
+                "acc_after": None if verdict is None else round(float(verdict["acc_candidate"]), 3),
+                "accepted": bool(verdict is not None and verdict["accepted"]),
+            }
+        )
+    create_table_artifact(
+        key="rlanything-rewrites",
+        table=table or [{"candidate": "(no task was rewritten this round)"}],
+        description=f"Task rewrites of round {round_idx} in {run.root}",
+    )
+    lines = [
+        f"# Round {round_idx}",
+        f"Run directory: `{run.root}`",
+        "",
+        "| metric | value |",
+        "|---|---|",
+    ]
+    lines += [f"| {k} | {metrics[k]:.4g} |" for k in SUMMARY_METRICS if k in metrics]
+    timings = [
+        f"{k.removeprefix('timing/')} {v:.1f}"
+        for k, v in metrics.items()
+        if k.startswith("timing/")
+    ]
+    lines += ["", "Stage times (s): " + ", ".join(timings)]
+    create_markdown_artifact(
+        key="rlanything-round-summary",
+        markdown="\n".join(lines),
+        description=f"Summary of round {round_idx} in {run.root}",
+    )

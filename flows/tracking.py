@@ -1,0 +1,200 @@
+"""MLflow tracking of a training run: every MLflow call of the project lives here.
+
+One parent run per training run (tagged with the Prefect flow-run id), one nested run per round.
+Parameters are logged once; metrics are floats with step = round, on the round's run and on the
+parent (for curves). Each round's task pool and rollouts are logged as dataset inputs with the
+sha256 digest of their Parquet files (lineage); checkpoints as artifacts or as references.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import mlflow
+import pandas as pd
+from mlflow.entities import Metric, Param, RunStatus
+from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
+
+from rlanything_core.config import RunConfig
+from rlanything_core.rundir import ROLES, RunDir
+from rlanything_core.schemas import read_dataset
+
+LINEAGE_DATASETS = ("tasks", "rollouts")
+
+
+def tracking_uri() -> str:
+    """$MLFLOW_TRACKING_URI, else a SQLite store `mlflow.db` in the working directory."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+
+
+def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    flat: dict[str, str] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat |= _flatten(value, f"{name}.")
+        else:
+            flat[name] = str(value)
+    return flat
+
+
+def file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:16]
+
+
+class Tracker:
+    """The MLflow side of one training run; safe to recreate on resume."""
+
+    def __init__(self, run: RunDir, config: RunConfig, flow_run_id: str | None) -> None:
+        self.run = run
+        self.config = config
+        self.uri = tracking_uri()
+        mlflow.set_tracking_uri(self.uri)
+        self.client = MlflowClient(self.uri)
+        experiment = mlflow.set_experiment(config.tracking.experiment)
+        self.experiment_id = experiment.experiment_id
+        state = run.load_state()
+        if "mlflow_run_id" in state:
+            self.parent_id: str = state["mlflow_run_id"]
+            self.client.update_run(self.parent_id, status="RUNNING")
+        else:
+            parent = self.client.create_run(
+                self.experiment_id,
+                run_name=run.root.name,
+                tags={
+                    "prefect.flow_run_id": flow_run_id or "",
+                    "rlanything.run_dir": str(run.root),
+                    "rlanything.mode": config.mode,
+                },
+            )
+            self.parent_id = parent.info.run_id
+            params = _flatten(config.model_dump(mode="json"))
+            items = [Param(k, v[:6000]) for k, v in params.items()]
+            for start in range(0, len(items), 100):
+                self.client.log_batch(self.parent_id, params=items[start : start + 100])
+            run.save_state({**state, "mlflow_run_id": self.parent_id})
+        if flow_run_id:  # the latest flow run that worked on this run (resumes add new ones)
+            self.client.set_tag(self.parent_id, "prefect.last_flow_run_id", flow_run_id)
+
+    def log_warm_start(self, record: dict[str, Any]) -> None:
+        """Warm-start metrics (step 0) and its SFT datasets as inputs of the parent run, once."""
+        state = self.run.load_state()
+        if state.get("warm_start_logged"):
+            return
+        stamp = int(pd.Timestamp.now().timestamp() * 1000)
+        points = [Metric(k, float(v), stamp, 0) for k, v in sorted(record["metrics"].items())]
+        self.client.log_batch(self.parent_id, metrics=points)
+        with mlflow.start_run(run_id=self.parent_id):
+            for key, path in sorted(record["outputs"].items()):
+                if key.endswith("_sft"):
+                    self._log_input(Path(path), "sft_samples", key, context="warm_start")
+        self.run.save_state({**state, "warm_start_logged": True})
+
+    def _log_input(self, path: Path, dataset: str, name: str, context: str) -> None:
+        """Log a Parquet file as an MLflow dataset input of the active run (sha256 digest)."""
+        frame = read_dataset(path, dataset)
+        frame = frame[[c for c in frame.columns if not c.endswith(("_ids", "logprobs"))]]
+        mlflow.log_input(
+            mlflow.data.from_pandas(frame, source=str(path), name=name, digest=file_digest(path)),
+            context=context,
+        )
+
+    def _round_run(self, round_idx: int) -> tuple[str, bool]:
+        """(run id, already finished) of the round's nested run, creating it when missing."""
+        found = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=(
+                f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{self.parent_id}' "
+                f"and tags.`rlanything.round` = '{round_idx}'"
+            ),
+        )
+        for existing in found:
+            if existing.info.status == RunStatus.to_string(RunStatus.FINISHED):
+                return existing.info.run_id, True
+            self.client.delete_run(existing.info.run_id)  # half-logged by a crashed run
+        child = self.client.create_run(
+            self.experiment_id,
+            tags={
+                MLFLOW_PARENT_RUN_ID: self.parent_id,
+                MLFLOW_RUN_NAME: f"round_{round_idx:03d}",
+                "rlanything.round": str(round_idx),
+            },
+        )
+        return child.info.run_id, False
+
+    def log_round(self, round_idx: int, metrics: dict[str, float]) -> None:
+        """Metrics, dataset inputs and checkpoints of one finished round (idempotent)."""
+        child_id, done = self._round_run(round_idx)
+        if done:
+            return
+        stamp = int(pd.Timestamp.now().timestamp() * 1000)
+        points = [Metric(k, float(v), stamp, round_idx) for k, v in sorted(metrics.items())]
+        for start in range(0, len(points), 500):
+            batch = points[start : start + 500]
+            self.client.log_batch(child_id, metrics=batch)
+            self.client.log_batch(self.parent_id, metrics=batch)
+        with mlflow.start_run(run_id=child_id):
+            for name in LINEAGE_DATASETS:
+                self._log_input(
+                    self.run.dataset(round_idx, name), name, f"{name}_round_{round_idx:03d}", name
+                )
+        for role in ROLES:
+            ckpt = self.run.checkpoint(role, round_idx)
+            if not ckpt.is_dir():
+                continue
+            self.client.set_tag(child_id, f"checkpoint.{role}", str(ckpt))
+            if self.config.tracking.checkpoints == "artifact":
+                self.client.log_artifacts(child_id, str(ckpt), f"checkpoints/{role}")
+        self.client.set_terminated(child_id, "FINISHED")
+
+    def log_plots(self, rounds: list[dict[str, float]]) -> list[Path]:
+        """PNG plots of accuracy and accepted tasks per round, saved in the run dir and logged."""
+        frame = pd.DataFrame(rounds)
+        out = []
+        for column, title, file in (
+            ("policy/accuracy", "Policy accuracy per round", "accuracy.png"),
+            ("env/accepted_tasks", "Accepted tasks per round", "accepted_tasks.png"),
+        ):
+            fig, ax = plt.subplots(figsize=(5, 3.2))
+            if column in frame:
+                ax.plot(frame["round"], frame[column], marker="o", label=column)
+            if column == "env/accepted_tasks" and "env/accepted_tasks_total" in frame:
+                ax.plot(
+                    frame["round"],
+                    frame["env/accepted_tasks_total"],
+                    marker="s",
+                    label="env/accepted_tasks_total",
+                )
+            ax.set_xlabel("round")
+            ax.set_title(title)
+            ax.legend()
+            ax.grid(alpha=0.3)
+            fig.tight_layout()
+            path = self.run.root / "plots" / file
+            path.parent.mkdir(exist_ok=True)
+            fig.savefig(path, dpi=100)
+            plt.close(fig)
+            self.client.log_artifact(self.parent_id, str(path), "plots")
+            out.append(path)
+        return out
+
+    def finish(self, status: str = "FINISHED") -> None:
+        self.client.set_terminated(self.parent_id, status)
+
+    def ui_hint(self) -> str:
+        return (
+            f"mlflow ui --backend-store-uri {self.uri}  → "
+            f"http://127.0.0.1:5000/#/experiments/{self.experiment_id}/runs/{self.parent_id}"
+        )

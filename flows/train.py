@@ -1,0 +1,59 @@
+"""`rlanything-train`: a training run of N rounds, each the `rlanything-round` subflow.
+
+Resumable: finished rounds (listed in summary.json) and finished stages (their markers) are not
+redone; MLflow logging of a round is idempotent.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from prefect import flow
+from prefect.runtime import flow_run
+
+from flows.round import rlanything_round
+from flows.tracking import Tracker
+from rlanything_core.config import RunConfig
+from rlanything_core.pool import initial_pool
+from rlanything_core.rundir import RunDir, write_json
+from rlanything_core.schemas import write_dataset
+from tasks.stages import warm_start
+
+
+@flow(name="rlanything-train")
+def rlanything_train(config: RunConfig, run_dir: str = "runs/latest") -> dict[str, Any]:
+    """Run (or continue) `config.rounds` rounds in `run_dir`; returns the summary."""
+    run = RunDir(run_dir)
+    run.init(config)
+    if not run.dataset(0, "tasks").is_file():
+        env = config.environment
+        pool = initial_pool(env.num_tasks, env.split, env.seed, env.step_slack)
+        write_dataset(pool, run.dataset(0, "tasks"), "tasks")
+    tracker = Tracker(run, config, flow_run.get_id())
+    if config.policy.warm_start.enabled or config.reward_model.warm_start.enabled:
+        tracker.log_warm_start(warm_start(config, str(run.root), -1))
+    summary = (
+        json.loads(run.summary_path.read_text())
+        if run.summary_path.is_file()
+        else {"run_dir": str(run.root), "rounds": []}
+    )
+    summary["mlflow_run_id"] = tracker.parent_id
+    summary["mlflow_tracking_uri"] = tracker.uri
+    summary.setdefault("prefect_flow_run_ids", []).append(flow_run.get_id())
+    try:
+        for r in range(len(summary["rounds"]), config.rounds):
+            metrics = rlanything_round(config=config, run_dir=str(run.root), round_idx=r)
+            previous = summary["rounds"][-1]["env/accepted_tasks_total"] if summary["rounds"] else 0
+            metrics["env/accepted_tasks_total"] = previous + metrics["env/accepted_tasks"]
+            tracker.log_round(r, metrics)
+            summary["rounds"].append({"round": r, **metrics})
+            summary["accepted_tasks_total"] = metrics["env/accepted_tasks_total"]
+            write_json(run.summary_path, summary)
+            tracker.log_plots(summary["rounds"])
+    except BaseException:
+        tracker.finish("FAILED")
+        raise
+    tracker.finish()
+    summary["mlflow_ui"] = tracker.ui_hint()
+    return summary

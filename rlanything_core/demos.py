@@ -1,0 +1,130 @@
+"""Supervised data for warm starts, made by the household's expert planner (nothing downloaded).
+
+- policy demonstrations: prompts from trajectories where a fraction `noise` of the steps were
+  random, answered with the expert's action (so states off the expert's path are covered);
+- judge demonstrations: steps of such trajectories labelled by the planner's progress label, with
+  a fraction `label_noise` of the labels flipped so the reward model starts imperfect;
+- rewrite demonstrations: specs with a direction, answered with the JSON fields that change.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+
+from rlanything_core.envs.household import HouseholdEpisode, HouseholdSpec, SpecError, parse_spec
+from rlanything_core.prompts import Messages, judge_messages, policy_messages
+from rlanything_core.rewriting import rewrite_messages
+
+
+@dataclass(frozen=True)
+class Demo:
+    """One supervised pair: the prompt and the answer to train on, with where it came from."""
+
+    task_id: str  # "demo-<index of the spec>"
+    step_idx: int
+    prompt: Messages
+    answer: str
+
+
+@dataclass(frozen=True)
+class _Step:
+    task_id: str
+    step_idx: int
+    goal: str
+    history: list[tuple[str, str]]
+    observation: str
+    actions: list[str]
+    expert: int  # index of the expert's action
+    taken: int  # index of the action taken
+    progress: bool
+    next_observation: str
+
+
+def _trajectories(
+    specs: list[HouseholdSpec], noise: float, history_steps: int, rng: random.Random
+) -> list[_Step]:
+    """Every step of one noisy-expert episode per spec."""
+    steps: list[_Step] = []
+    for n, spec in enumerate(specs):
+        episode = HouseholdEpisode(spec)
+        history: list[tuple[str, str]] = []
+        while not episode.done:
+            actions = episode.actions
+            expert = actions.index(episode.expert_action())
+            taken = rng.randrange(len(actions)) if rng.random() < noise else expert
+            observation, step_idx = episode.observation, episode.steps_taken
+            result = episode.step(taken)
+            steps.append(
+                _Step(
+                    task_id=f"demo-{n:03d}",
+                    step_idx=step_idx,
+                    goal=episode.goal_text,
+                    history=history[-history_steps:] if history_steps else [],
+                    observation=observation,
+                    actions=actions,
+                    expert=expert,
+                    taken=taken,
+                    progress=result.progress,
+                    next_observation=result.observation,
+                )
+            )
+            history.append((actions[taken], result.observation))
+    return steps
+
+
+def policy_demonstrations(
+    specs: list[HouseholdSpec], *, noise: float, history_steps: int, seed: int, explain: bool = True
+) -> list[Demo]:
+    """Prompts answered by the expert: the action's number in a box, after naming the action
+    when `explain`."""
+    out = []
+    for s in _trajectories(specs, noise, history_steps, random.Random(seed)):
+        prompt = policy_messages(s.goal, s.history, s.observation, s.actions)
+        answer = f"\\boxed{{{s.expert + 1}}}"
+        text = f"I will {s.actions[s.expert]}. {answer}" if explain else answer
+        out.append(Demo(s.task_id, s.step_idx, prompt, text))
+    return out
+
+
+def judge_demonstrations(
+    specs: list[HouseholdSpec], *, noise: float, label_noise: float, history_steps: int, seed: int
+) -> list[Demo]:
+    """Judge prompts answered with the planner's progress label, a fraction `label_noise` flipped.
+    The judged response is a templated one naming the action taken."""
+    rng = random.Random(seed)
+    out = []
+    for s in _trajectories(specs, noise, history_steps, rng):
+        action = s.actions[s.taken]
+        good = s.progress != (rng.random() < label_noise)
+        prompt = judge_messages(
+            s.goal, s.history, s.observation, f"I will {action}.", action, s.next_observation
+        )
+        verdict = "Progress. \\boxed{1}" if good else "No progress. \\boxed{-1}"
+        out.append(Demo(s.task_id, s.step_idx, prompt, verdict))
+    return out
+
+
+def rewrite_demonstrations(specs: list[HouseholdSpec], *, seed: int) -> list[Demo]:
+    """Rewrite prompts answered with the JSON of the changed fields (valid proposals only)."""
+    rng = random.Random(seed)
+    out = []
+    for n, spec in enumerate(specs):
+        direction = rng.choice(["harder", "easier"])
+        sign = 1 if direction == "harder" else -1
+        knob = rng.choice(["num_distractors", "num_rooms", "max_steps"])
+        step = {
+            "num_distractors": rng.randint(1, 4),
+            "num_rooms": 1,
+            "max_steps": -rng.randint(1, 3),
+        }
+        change = {knob: getattr(spec, knob) + sign * step[knob]}
+        try:
+            parse_spec({**spec.model_dump(), **change})
+        except SpecError:
+            continue
+        accuracy = rng.uniform(0.8, 1.0) if direction == "harder" else rng.uniform(0.0, 0.2)
+        prompt = rewrite_messages(spec, direction, accuracy, "The agent wanders before it acts.")
+        out.append(Demo(f"demo-{n:03d}", 0, prompt, json.dumps(change)))
+    return out

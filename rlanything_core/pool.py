@@ -1,0 +1,70 @@
+"""The environment-task pool: the initial pool from the task generator, and the next pool after
+the acceptance check (METHOD.md §3).
+
+An accepted rewrite q' replaces its parent q under the same task_id with task_version + 1; the
+row keeps the history: parent_task_id, direction, the parent's accuracy and the candidate's
+accuracy at acceptance, and the round it was created in. Earlier versions stay readable in the
+earlier rounds' tasks.parquet.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from rlanything_core.envs.household import generate_specs, parse_spec
+from rlanything_core.rollout import TaskRef
+
+
+def initial_pool(num_tasks: int, split: str, seed: int, step_slack: int) -> pd.DataFrame:
+    """Round-0 pool rows (tasks schema) from the household generator."""
+    specs = generate_specs(split, num_tasks, seed=seed, step_slack=step_slack)  # type: ignore[arg-type]
+    return pd.DataFrame(
+        {
+            "round": 0,
+            "task_id": [f"{split}-{seed}-{i:03d}" for i in range(num_tasks)],
+            "task_version": 1,
+            "parent_task_id": None,
+            "origin": "seed",
+            "direction": None,
+            "created_round": 0,
+            "acc_parent": None,
+            "acc_candidate": None,
+            "env": "household",
+            "spec": [s.to_json() for s in specs],
+        }
+    )
+
+
+def task_refs(pool: pd.DataFrame) -> list[TaskRef]:
+    """The pool's tasks with validated specs (a pool file edited by hand is checked here too)."""
+    return [
+        TaskRef(row.task_id, int(row.task_version), parse_spec(row.spec))
+        for row in pool.itertuples()
+    ]
+
+
+def next_pool(
+    pool: pd.DataFrame, candidates: pd.DataFrame, acceptance: pd.DataFrame, next_round: int
+) -> pd.DataFrame:
+    """The pool of `next_round`: accepted candidates replace their parents, the rest carry over."""
+    accepted = acceptance[acceptance["accepted"]].merge(
+        candidates[["candidate_id", "spec"]], on="candidate_id", how="left", validate="one_to_one"
+    )
+    by_parent = {(r.parent_task_id, int(r.parent_task_version)): r for r in accepted.itertuples()}
+    rows = []
+    for row in pool.to_dict("records"):
+        hit = by_parent.get((row["task_id"], int(row["task_version"])))
+        if hit is not None:
+            row.update(
+                task_version=int(row["task_version"]) + 1,
+                parent_task_id=row["task_id"],
+                origin="rewritten",
+                direction=hit.direction,
+                created_round=next_round - 1,
+                acc_parent=float(hit.acc_parent),
+                acc_candidate=float(hit.acc_candidate),
+                spec=hit.spec,
+            )
+        row["round"] = next_round
+        rows.append(row)
+    return pd.DataFrame(rows, columns=pool.columns)

@@ -1,0 +1,126 @@
+"""The run directory: where every file of a training run lives, and which stages have finished.
+
+A stage writes its datasets and checkpoints first and its marker (`_stages/<stage>.json`: outputs,
+metrics, seconds) last, atomically. A stage with a marker is finished, and resume skips it; a
+stage without one is redone from the start, overwriting whatever half-done output it left.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from rlanything_core.atomic import atomic_path
+from rlanything_core.config import RunConfig, dump_config, load_config
+
+ROLES = ("policy", "reward_model")
+
+
+def write_json(path: Path, data: Any) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+class RunDir:
+    """Paths of one run. Layout (users read these files; names are stable):
+
+    config.yaml, summary.json, state.json,
+    round_NNN/{tasks,rollouts,judgments,policy_samples,rm_samples,candidates,acceptance}.parquet,
+    round_NNN/_stages/<stage>.json, checkpoints/{policy,reward_model}/round_NNN/.
+    """
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root).resolve()
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def summary_path(self) -> Path:
+        return self.root / "summary.json"
+
+    @property
+    def state_path(self) -> Path:
+        return self.root / "state.json"
+
+    def round_dir(self, round_idx: int) -> Path:
+        return self.root / f"round_{round_idx:03d}"
+
+    def dataset(self, round_idx: int, name: str) -> Path:
+        return self.round_dir(round_idx) / f"{name}.parquet"
+
+    def checkpoint(self, role: str, round_idx: int) -> Path:
+        return self.root / "checkpoints" / role / f"round_{round_idx:03d}"
+
+    def warm_start_checkpoint(self, role: str) -> Path:
+        return self.root / "checkpoints" / role / "warm_start"
+
+    def model_before(self, role: str, round_idx: int, source: str) -> str:
+        """The checkpoint a round starts from: the latest one written before it, else the warm
+        start's, else `source`."""
+        for r in range(round_idx - 1, -1, -1):
+            path = self.checkpoint(role, r)
+            if path.is_dir():
+                return str(path)
+        warm = self.warm_start_checkpoint(role)
+        return str(warm) if warm.is_dir() else source
+
+    def label(self, model: str) -> str:
+        """How a model appears in provenance columns: run-relative for checkpoints of this run."""
+        path = Path(model)
+        return str(path.relative_to(self.root)) if path.is_relative_to(self.root) else model
+
+    # -- stage markers ----------------------------------------------------------------------
+
+    def marker(self, round_idx: int, stage: str) -> Path:
+        """round_idx −1 is the warm start, before round 0."""
+        base = self.root / "warm_start" if round_idx < 0 else self.round_dir(round_idx)
+        return base / "_stages" / f"{stage}.json"
+
+    def finished(self, round_idx: int, stage: str) -> dict[str, Any] | None:
+        path = self.marker(round_idx, stage)
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    def finish(
+        self,
+        round_idx: int,
+        stage: str,
+        outputs: dict[str, str],
+        metrics: dict[str, float],
+        seconds: float,
+    ) -> dict[str, Any]:
+        record = {
+            "stage": stage,
+            "round": round_idx,
+            "outputs": outputs,
+            "metrics": metrics,
+            "seconds": seconds,
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        write_json(self.marker(round_idx, stage), record)
+        return record
+
+    # -- config and state -------------------------------------------------------------------
+
+    def init(self, config: RunConfig) -> None:
+        """Write config.yaml, or check that an existing one is the same config."""
+        if self.config_path.is_file():
+            existing = load_config(self.config_path)
+            if existing != config:
+                raise ValueError(
+                    f"{self.root} already holds a run with a different config; continue it with "
+                    f"`rlanything resume --run-dir {self.root}` or choose a new --run-dir."
+                )
+            return
+        self.root.mkdir(parents=True, exist_ok=True)
+        with atomic_path(self.config_path) as tmp:
+            tmp.write_text(dump_config(config))
+
+    def load_state(self) -> dict[str, Any]:
+        return json.loads(self.state_path.read_text()) if self.state_path.is_file() else {}
+
+    def save_state(self, state: dict[str, Any]) -> None:
+        write_json(self.state_path, state)

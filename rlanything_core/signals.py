@@ -1,0 +1,144 @@
+"""Advantage computation of one round, over the round's tables (the stage between scoring and the
+updates). The math lives in `feedback.py`; this module joins rows by key, never by position, so
+that every advantage stays with the step or vote it belongs to (the reference code shifts them
+when rows are filtered: METHOD.md §1).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from rlanything_core.feedback import (
+    consistency_advantages,
+    consistency_rewards,
+    in_accuracy_band,
+    integrated_reward,
+    step_advantages,
+    task_level_advantages,
+)
+
+STEP_KEY = ["task_id", "task_version", "rollout_idx", "step_idx"]
+_PROVENANCE = ["round", *STEP_KEY, "seed", "checkpoint"]
+
+
+def task_accuracies(rollouts: pd.DataFrame) -> pd.Series:
+    """acc(q) per (task_id, task_version): the fraction of rollouts with outcome +1."""
+    episodes = rollouts.drop_duplicates(["task_id", "task_version", "rollout_idx"])
+    return (episodes["outcome"] > 0).groupby([episodes.task_id, episodes.task_version]).mean()
+
+
+def verdict_matrix(rollouts: pd.DataFrame, judgments: pd.DataFrame, votes: int) -> np.ndarray:
+    """(N, m) verdicts aligned with the rows of `rollouts`; NaN for unparsed or missing votes."""
+    wide = judgments.pivot_table(
+        index=STEP_KEY, columns="vote_idx", values="verdict", aggfunc="first", dropna=False
+    ).reindex(columns=range(votes))
+    keys = pd.MultiIndex.from_frame(rollouts[STEP_KEY])
+    return wide.reindex(keys).to_numpy(dtype=np.float64)  # (N, m)
+
+
+def policy_samples(
+    rollouts: pd.DataFrame,
+    judgments: pd.DataFrame | None,
+    *,
+    votes: int,
+    lam: float,
+    estimator: Literal["step", "task"],
+    singleton: Literal["raw", "zero"],
+    eps: float,
+    band: tuple[float, float],
+    drop_zero_advantage: bool,
+) -> tuple[pd.DataFrame, dict[str, float]]:
+    """Integrated rewards and advantages of every step (the policy_samples schema).
+
+    With `judgments=None` (outcome-only mode) R is the outcome. Rows of tasks outside the accuracy
+    `band`, and rows with advantage exactly 0 when `drop_zero_advantage`, stay in the table with
+    kept=False and advantage 0.
+    """
+    df = rollouts[[*_PROVENANCE, "outcome"]].reset_index(drop=True)
+    if judgments is None:
+        df["mean_verdict"] = None
+        df["reward"] = df["outcome"].astype(np.float64)
+    else:
+        s = verdict_matrix(df, judgments, votes)  # (N, m)
+        df["mean_verdict"] = np.nan_to_num(s, nan=0.0).mean(axis=1)
+        df["reward"] = integrated_reward(df["outcome"], s, lam=lam)
+    task_key = df["task_id"] + "@" + df["task_version"].astype(str)
+    if estimator == "step":
+        adv = step_advantages(df["reward"], task_key, df["step_idx"], eps=eps, singleton=singleton)
+    else:
+        adv = task_level_advantages(df["reward"], task_key, eps=eps)
+    acc = task_accuracies(rollouts)
+    df["task_accuracy"] = acc.reindex(
+        pd.MultiIndex.from_frame(df[["task_id", "task_version"]])
+    ).to_numpy()
+    kept = in_accuracy_band(df["task_accuracy"], *band)
+    if drop_zero_advantage:
+        kept &= adv != 0.0
+    df["kept"] = kept
+    df["advantage"] = np.where(kept, adv, 0.0)
+    episodes = rollouts.drop_duplicates(["task_id", "task_version", "rollout_idx"])
+    metrics = {
+        "policy/accuracy": float((episodes["outcome"] > 0).mean()),
+        "policy/mean_reward": float(df["reward"].mean()),
+        "policy/kept_samples": float(kept.sum()),
+        "policy/tasks_in_band": float(in_accuracy_band(acc.to_numpy(), *band).sum()),
+        "policy/invalid_actions": float((~rollouts["action_valid"]).mean()),
+        "policy/mean_episode_steps": float(episodes["num_steps"].mean()),
+    }
+    return df, metrics
+
+
+def rm_samples(
+    rollouts: pd.DataFrame,
+    judgments: pd.DataFrame,
+    policy: pd.DataFrame,
+    *,
+    votes: int,
+    parse_failure_penalty: float,
+    eps: float,
+    band: tuple[float, float],
+) -> tuple[pd.DataFrame, dict[str, float]]:
+    """Consistency rewards R·S and their advantages over the m votes of each step (rm_samples).
+
+    Votes of tasks outside the accuracy `band`, and votes with advantage 0, stay with kept=False.
+    """
+    steps = policy[[*STEP_KEY, "reward", "task_accuracy"]].reset_index(drop=True)
+    s = verdict_matrix(steps, judgments, votes)  # (N, m)
+    rewards = consistency_rewards(steps["reward"], s, parse_failure_penalty)  # (N, m)
+    advantages = consistency_advantages(rewards, eps=eps)  # (N, m)
+    wide = steps.assign(_row=np.arange(len(steps)))
+    votes_df = judgments[[*_PROVENANCE, "vote_idx", "verdict"]].merge(
+        wide, on=STEP_KEY, how="left", validate="many_to_one"
+    )
+    row, col = votes_df["_row"].to_numpy(), votes_df["vote_idx"].to_numpy()
+    votes_df["step_reward"] = votes_df.pop("reward")
+    votes_df["reward"] = rewards[row, col]
+    adv = advantages[row, col]
+    kept = in_accuracy_band(votes_df["task_accuracy"], *band) & (adv != 0.0)
+    votes_df["kept"] = kept
+    votes_df["advantage"] = np.where(kept, adv, 0.0)
+    votes_df = votes_df.drop(columns="_row")
+
+    parsed = votes_df["verdict"].notna()
+    agree = np.sign(votes_df.loc[parsed, "verdict"]) == np.sign(votes_df.loc[parsed, "step_reward"])
+    majority = pd.Series(np.sign(np.nan_to_num(s, nan=0.0).sum(axis=1)), index=steps.index)
+    labels = (
+        rollouts.set_index(STEP_KEY)["progress"]
+        .reindex(pd.MultiIndex.from_frame(steps[STEP_KEY]))
+        .to_numpy()
+    )
+    decided = majority != 0
+    truth = np.where(labels, 1.0, -1.0)
+    metrics = {
+        "reward_model/parse_failures": float((~parsed).sum()),
+        "reward_model/parse_failure_rate": float((~parsed).mean()) if len(parsed) else 0.0,
+        "reward_model/vote_agreement": float(agree.mean()) if len(agree) else 0.0,
+        "reward_model/process_accuracy": float(
+            (majority[decided] == truth[decided]).sum() / max(len(steps), 1)
+        ),
+        "reward_model/kept_samples": float(kept.sum()),
+    }
+    return votes_df, metrics

@@ -1,0 +1,82 @@
+"""What every stage task shares: the resume marker, retries for transient errors only, progress."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from prefect.logging import get_run_logger
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from rlanything_core.config import RunConfig
+from rlanything_core.rundir import RunDir
+
+StageBody = Callable[[RunConfig, RunDir, int], tuple[dict[str, str], dict[str, float]]]
+
+_TRANSIENT_ERRNOS = {errno.EAGAIN, errno.EBUSY, errno.EIO, errno.ETIMEDOUT, errno.EINTR}
+
+
+def is_transient(exc: BaseException | None) -> bool:
+    """Errors worth a retry: lost connections, time-outs, busy or flaky I/O. Never bad data or
+    deterministic failures (a retry would fail the same way)."""
+    if isinstance(exc, ConnectionError | TimeoutError):
+        return True
+    return isinstance(exc, OSError) and exc.errno in _TRANSIENT_ERRNOS
+
+
+def retry_if_transient(_task: Any, _task_run: Any, state: Any) -> bool:
+    """Prefect `retry_condition_fn`: retry a failed stage only when its error is transient."""
+    data = state.data
+    exc = data if isinstance(data, BaseException) else state.result(raise_on_failure=False)
+    return is_transient(exc if isinstance(exc, BaseException) else None)
+
+
+def stage_task(name: str) -> Callable[[StageBody], Any]:
+    """Make a stage body into the Prefect task `name`.
+
+    The task skips a stage whose marker says it finished (resume), otherwise runs the body and
+    writes the marker with the body's outputs and metrics. Retried twice on transient errors.
+    """
+
+    def wrap(body: StageBody) -> Any:
+        @task(
+            name=name,
+            description=(body.__doc__ or "").strip(),
+            task_run_name=f"{name}-round-{{round_idx}}",
+            retries=2,
+            retry_delay_seconds=1,
+            retry_condition_fn=retry_if_transient,
+            cache_policy=NO_CACHE,
+        )
+        def run(config: RunConfig, run_dir: str, round_idx: int) -> dict[str, Any]:
+            run = RunDir(run_dir)
+            done = run.finished(round_idx, name)
+            if done is not None:
+                get_run_logger().info("round %d: %s already finished, skipped", round_idx, name)
+                return done
+            start = time.perf_counter()
+            outputs, metrics = body(config, run, round_idx)
+            return run.finish(round_idx, name, outputs, metrics, time.perf_counter() - start)
+
+        return run
+
+    return wrap
+
+
+@contextlib.contextmanager
+def progress(description: str, total: int) -> Iterator[Callable[[int], None]]:
+    """A rich progress bar; yields `advance(n)`."""
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, transient=False) as bar:
+        handle = bar.add_task(description, total=total)
+        yield lambda n: bar.advance(handle, n)

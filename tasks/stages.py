@@ -1,0 +1,479 @@
+"""The seven stages of one RLAnything round, as Prefect tasks (METHOD.md, "One round, in order").
+
+Each is thin: read the round's Parquet files, call `rlanything_core`, write Parquet (atomically,
+schema-checked), return paths and metrics. Stages switched off by the config's `mode` still run
+and write their (empty) datasets, so every round has the same files.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from rlanything_core.adaptation import accept_candidate, adaptation_direction
+from rlanything_core.config import ModelConfig, RunConfig, UpdateConfig
+from rlanything_core.demos import Demo, judge_demonstrations, policy_demonstrations
+from rlanything_core.envs.household import generate_specs, parse_spec
+from rlanything_core.judging import judge
+from rlanything_core.models import generate, load_model
+from rlanything_core.pool import next_pool, task_refs
+from rlanything_core.prompts import Messages
+from rlanything_core.rewriting import critique_messages, parse_rewrite, rewrite_messages
+from rlanything_core.rollout import Sampling, TaskRef, episode_accuracy, play
+from rlanything_core.rundir import RunDir
+from rlanything_core.schemas import read_dataset, rows_frame, write_dataset
+from rlanything_core.seeding import derive_seed
+from rlanything_core.signals import STEP_KEY, policy_samples, rm_samples, task_accuracies
+from rlanything_core.training import rl_update, select_samples, sft_finetune
+from tasks.common import progress, stage_task
+
+Outputs = dict[str, str]
+Metrics = dict[str, float]
+
+
+def _sampling(model: ModelConfig, config: RunConfig) -> Sampling:
+    return Sampling(
+        temperature=model.temperature,
+        max_new_tokens=model.max_new_tokens,
+        batch_size=model.batch_size,
+        history_steps=config.environment.history_steps,
+    )
+
+
+def _write(rows: list[dict[str, object]] | pd.DataFrame, run: RunDir, r: int, name: str) -> str:
+    frame = rows if isinstance(rows, pd.DataFrame) else rows_frame(rows, name)
+    return str(write_dataset(frame, run.dataset(r, name), name))
+
+
+@stage_task("warm-start")
+def warm_start(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics]:
+    """Supervised fine-tuning of the policy and the reward model on expert-made pairs, once,
+    before round 0 (only the models whose warm_start is enabled)."""
+    env = config.environment
+    outputs: Outputs = {}
+    metrics: Metrics = {}
+    for role, settings in (("policy", config.policy), ("reward_model", config.reward_model)):
+        ws = settings.warm_start
+        if not ws.enabled or (role == "reward_model" and not config.uses_reward_model):
+            continue
+        specs = generate_specs(
+            env.split,
+            ws.episodes,
+            seed=derive_seed(config.seed, "warm-start", role) % 2**31,
+            step_slack=env.step_slack,
+        )
+        demos: list[Demo] = (
+            policy_demonstrations(
+                specs, noise=ws.noise, history_steps=env.history_steps, seed=config.seed
+            )
+            if role == "policy"
+            else judge_demonstrations(
+                specs,
+                noise=ws.noise,
+                label_noise=ws.label_noise,
+                history_steps=env.history_steps,
+                seed=config.seed,
+            )
+        )
+        out = run.warm_start_checkpoint(role)
+        steps = ws.epochs * math.ceil(len(demos) / ws.micro_batch_size)
+        with progress(f"warm start {role}", total=steps) as advance:
+            m, pairs = sft_finetune(
+                settings.model.source,
+                out,
+                demos,
+                device=settings.model.device,
+                dtype=settings.model.dtype,
+                lora_rank=settings.update.lora_rank,
+                lora_alpha=settings.update.lora_alpha,
+                lr=ws.lr,
+                epochs=ws.epochs,
+                micro_batch_size=ws.micro_batch_size,
+                seed=config.seed,
+                on_step=advance,
+            )
+        rows = [
+            {
+                "role": role,
+                "task_id": d.task_id,
+                "step_idx": d.step_idx,
+                "seed": config.seed,
+                "checkpoint": run.label(str(out)),
+                "prompt": str(d.prompt),
+                "response": d.answer,
+                "prompt_token_ids": p,
+                "response_token_ids": a,
+            }
+            for d, (p, a) in zip(demos, pairs, strict=True)
+        ]
+        path = run.root / "warm_start" / f"{role}_sft.parquet"
+        outputs[f"{role}_sft"] = str(
+            write_dataset(rows_frame(rows, "sft_samples"), path, "sft_samples")
+        )
+        outputs[f"{role}_checkpoint"] = str(out)
+        metrics |= {
+            f"{role}/warm_start_loss": m["sft_loss"],
+            f"{role}/warm_start_pairs": float(len(demos)),
+        }
+    return outputs, metrics
+
+
+@stage_task("rollout")
+def rollout(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics]:
+    """The policy plays every task of the pool G times."""
+    tasks = task_refs(read_dataset(run.dataset(r, "tasks"), "tasks"))
+    source = run.model_before("policy", r, config.policy.model.source)
+    model, tokenizer = load_model(
+        source, device=config.policy.model.device, dtype=config.policy.model.dtype
+    )
+    g = config.rollouts_per_task
+    with progress(f"round {r} rollout", total=len(tasks) * g) as advance:
+        rows = play(
+            model,
+            tokenizer,
+            tasks,
+            rollouts_per_task=g,
+            round_idx=r,
+            base_seed=config.seed,
+            checkpoint=run.label(source),
+            sampling=_sampling(config.policy.model, config),
+            on_episodes=advance,
+        )
+    return {"rollouts": _write(rows, run, r, "rollouts")}, {"rollout/steps": float(len(rows))}
+
+
+@stage_task("reward-scoring")
+def reward_scoring(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics]:
+    """The reward model judges every step m times (no votes in outcome-only mode)."""
+    rows: list[dict[str, object]] = []
+    if config.uses_reward_model:
+        rollouts = read_dataset(run.dataset(r, "rollouts"), "rollouts")
+        rm = config.reward_model
+        source = run.model_before("reward_model", r, rm.model.source)
+        model, tokenizer = load_model(source, device=rm.model.device, dtype=rm.model.dtype)
+        with progress(f"round {r} reward scoring", total=len(rollouts) * rm.votes) as advance:
+            rows = judge(
+                model,
+                tokenizer,
+                rollouts,
+                votes=rm.votes,
+                round_idx=r,
+                base_seed=config.seed,
+                checkpoint=run.label(source),
+                temperature=rm.model.temperature,
+                max_new_tokens=rm.model.max_new_tokens,
+                batch_size=rm.model.batch_size,
+                history_steps=config.environment.history_steps,
+                on_batch=advance,
+            )
+    return {"judgments": _write(rows, run, r, "judgments")}, {
+        "reward_model/votes": float(len(rows))
+    }
+
+
+@stage_task("advantage-computation")
+def advantage_computation(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics]:
+    """Integrated feedback and advantages for the policy; consistency feedback for the RM."""
+    rollouts = read_dataset(run.dataset(r, "rollouts"), "rollouts")
+    judgments = (
+        read_dataset(run.dataset(r, "judgments"), "judgments") if config.uses_reward_model else None
+    )
+    adv = config.advantage
+    policy, metrics = policy_samples(
+        rollouts,
+        judgments,
+        votes=config.reward_model.votes,
+        lam=adv.lam,
+        estimator=adv.estimator,
+        singleton=adv.singleton,
+        eps=adv.eps,
+        band=config.policy.accuracy_band,
+        drop_zero_advantage=config.policy.drop_zero_advantage,
+    )
+    outputs = {"policy_samples": _write(policy, run, r, "policy_samples")}
+    rm_rows: pd.DataFrame | list[dict[str, object]] = []
+    if judgments is not None:
+        rm_rows, rm_metrics = rm_samples(
+            rollouts,
+            judgments,
+            policy,
+            votes=config.reward_model.votes,
+            parse_failure_penalty=config.reward_model.parse_failure_penalty,
+            eps=adv.eps,
+            band=config.reward_model.accuracy_band,
+        )
+        metrics |= rm_metrics
+    outputs["rm_samples"] = _write(rm_rows, run, r, "rm_samples")
+    return outputs, metrics
+
+
+def _update(
+    config: RunConfig,
+    run: RunDir,
+    r: int,
+    role: str,
+    model: ModelConfig,
+    update: UpdateConfig,
+    signals: pd.DataFrame,
+    texts: pd.DataFrame,
+    keys: list[str],
+) -> tuple[Outputs, Metrics]:
+    source = run.model_before(role, r, model.source)
+    out = run.checkpoint(role, r)
+    with progress(f"round {r} {role} update", total=update.optimizer_steps) as advance:
+        m = rl_update(
+            source,
+            out,
+            lambda eos: select_samples(
+                signals,
+                texts,
+                keys,
+                eos_id=eos,
+                max_samples=update.max_samples,
+                seed=derive_seed(config.seed, role, "subset", r),
+            ),
+            device=model.device,
+            dtype=model.dtype,
+            temperature=model.temperature,
+            lr=update.lr,
+            weight_decay=update.weight_decay,
+            lora_rank=update.lora_rank,
+            lora_alpha=update.lora_alpha,
+            clip_eps=update.clip_eps,
+            kl_beta=update.kl_beta,
+            optimizer_steps=update.optimizer_steps,
+            micro_batch_size=update.micro_batch_size,
+            max_grad_norm=update.max_grad_norm,
+            seed=derive_seed(config.seed, role, r),
+            on_step=advance,
+        )
+    # loss, kl, policy_loss (the clipped surrogate), clip_fraction, ratio_mean, grad_norm
+    renamed = {"samples": "update_samples", "skipped": "update_skipped", "policy_loss": "surrogate"}
+    return {"checkpoint": str(out)}, {f"{role}/{renamed.get(k, k)}": v for k, v in m.items()}
+
+
+@stage_task("policy-update")
+def policy_update(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics]:
+    """One PPO-clip update of the policy on the kept steps → checkpoints/policy/round_NNN."""
+    return _update(
+        config,
+        run,
+        r,
+        "policy",
+        config.policy.model,
+        config.policy.update,
+        read_dataset(run.dataset(r, "policy_samples"), "policy_samples"),
+        read_dataset(run.dataset(r, "rollouts"), "rollouts"),
+        STEP_KEY,
+    )
+
+
+@stage_task("rm-update")
+def rm_update(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics]:
+    """One PPO-clip update of the RM on its kept votes (modes "reward" and "env" only)."""
+    if not config.trains_reward_model:
+        return {}, {"reward_model/update_skipped": 1.0}
+    return _update(
+        config,
+        run,
+        r,
+        "reward_model",
+        config.reward_model.model,
+        config.reward_model.update,
+        read_dataset(run.dataset(r, "rm_samples"), "rm_samples"),
+        read_dataset(run.dataset(r, "judgments"), "judgments"),
+        [*STEP_KEY, "vote_idx"],
+    )
+
+
+@stage_task("task-rewriting")
+def task_rewriting(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics]:
+    """The environment model proposes a harder or easier version of every task out of band."""
+    rows: list[dict[str, object]] = []
+    triggered: list[tuple[TaskRef, float, str]] = []
+    if config.adapts_tasks:
+        ad = config.adaptation
+        pool = task_refs(read_dataset(run.dataset(r, "tasks"), "tasks"))
+        rollouts = read_dataset(run.dataset(r, "rollouts"), "rollouts")
+        acc = task_accuracies(rollouts)
+        for ref in pool:
+            a = float(acc[(ref.task_id, ref.task_version)])
+            direction = adaptation_direction(a, ad.alpha_low, ad.alpha_high)
+            if direction is not None:
+                triggered.append((ref, a, direction))
+        triggered = triggered[: ad.max_rewrites]
+    if triggered:
+        rows = _propose(config, run, r, triggered)
+    metrics = {
+        "env/candidates": float(len(rows)),
+        "env/invalid_candidates": float(sum(not row["valid"] for row in rows)),
+        "env/triggered_harder": float(sum(d == "harder" for *_, d in triggered)),
+        "env/triggered_easier": float(sum(d == "easier" for *_, d in triggered)),
+    }
+    return {"candidates": _write(rows, run, r, "candidates")}, metrics
+
+
+def _propose(
+    config: RunConfig, run: RunDir, r: int, triggered: list[tuple[TaskRef, float, str]]
+) -> list[dict[str, object]]:
+    em = config.env_model
+    judgments = read_dataset(run.dataset(r, "judgments"), "judgments")
+    rollouts = read_dataset(run.dataset(r, "rollouts"), "rollouts")
+    model, tokenizer = load_model(em.model.source, device=em.model.device, dtype=em.model.dtype)
+
+    def ask(prompts: list[Messages], purpose: str, max_new_tokens: int) -> list[str]:
+        seeds = [
+            derive_seed(config.seed, purpose, r, ref.task_id, ref.task_version)
+            for ref, *_ in triggered
+        ]
+        outs = generate(
+            model,
+            tokenizer,
+            prompts,
+            seeds,
+            max_new_tokens=max_new_tokens,
+            temperature=em.model.temperature,
+            batch_size=em.model.batch_size,
+        )
+        return [o.text for o in outs]
+
+    def of_task(frame: pd.DataFrame, ref: TaskRef) -> pd.DataFrame:
+        return frame[(frame.task_id == ref.task_id) & (frame.task_version == ref.task_version)]
+
+    critiques = ask(
+        [
+            critique_messages(
+                ref.spec,
+                a,
+                of_task(judgments, ref),
+                of_task(rollouts, ref),
+                em.critique_source,
+                em.critique_examples,
+            )
+            for ref, a, _ in triggered
+        ],
+        "critique",
+        em.critique_max_new_tokens,
+    )
+    answers = ask(
+        [
+            rewrite_messages(ref.spec, d, a, c)
+            for (ref, a, d), c in zip(triggered, critiques, strict=True)
+        ],
+        "rewrite",
+        em.model.max_new_tokens,
+    )
+    rows = []
+    for (ref, a, d), critique, answer in zip(triggered, critiques, answers, strict=True):
+        spec, error = parse_rewrite(answer, ref.spec)
+        rows.append(
+            {
+                "round": r,
+                "candidate_id": f"{ref.task_id}.v{ref.task_version + 1}.r{r:03d}",
+                "parent_task_id": ref.task_id,
+                "parent_task_version": ref.task_version,
+                "direction": d,
+                "acc_parent": a,
+                "critique": critique,
+                "response": answer,
+                "spec": spec.to_json() if spec is not None else None,
+                "valid": spec is not None,
+                "error": error,
+                "seed": derive_seed(config.seed, "rewrite", r, ref.task_id, ref.task_version),
+                "checkpoint": em.model.source,
+            }
+        )
+    return rows
+
+
+@stage_task("acceptance-check")
+def acceptance_check(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics]:
+    """Roll out every valid candidate (and its parent, on the same checkpoint), accept or reject,
+    and write the next round's task pool."""
+    pool = read_dataset(run.dataset(r, "tasks"), "tasks")
+    candidates = read_dataset(run.dataset(r, "candidates"), "candidates")
+    valid = candidates[candidates["valid"]]
+    rows: list[dict[str, object]] = []
+    if len(valid):
+        rows = _accept(config, run, r, pool, valid)
+    outputs = {"acceptance": _write(rows, run, r, "acceptance")}
+    acceptance = read_dataset(outputs["acceptance"], "acceptance")
+    nxt = next_pool(pool, candidates, acceptance, r + 1)
+    outputs["next_tasks"] = _write(nxt, run, r + 1, "tasks")
+    metrics = {
+        "env/accepted_tasks": float(acceptance["accepted"].sum()),
+        "env/pool_size": float(len(nxt)),
+    }
+    return outputs, metrics
+
+
+def _accept(
+    config: RunConfig, run: RunDir, r: int, pool: pd.DataFrame, valid: pd.DataFrame
+) -> list[dict[str, object]]:
+    ad = config.adaptation
+    refs = task_refs(pool)
+    parents = {(t.task_id, t.task_version): t for t in refs}
+    candidates = [
+        TaskRef(row.candidate_id, int(row.parent_task_version) + 1, parse_spec(row.spec))
+        for row in valid.itertuples()
+    ]
+    to_play = list(candidates)
+    if ad.compare == "same_checkpoint":
+        to_play += [
+            parents[(p, int(v))]
+            for p, v in valid[["parent_task_id", "parent_task_version"]].itertuples(index=False)
+        ]
+    source = str(run.checkpoint("policy", r))
+    model, tokenizer = load_model(
+        source, device=config.policy.model.device, dtype=config.policy.model.dtype
+    )
+    g = config.rollouts_per_task
+    with progress(f"round {r} acceptance check", total=len(to_play) * g) as advance:
+        played = play(
+            model,
+            tokenizer,
+            to_play,
+            rollouts_per_task=g,
+            round_idx=r,
+            base_seed=config.seed,
+            checkpoint=run.label(source),
+            sampling=_sampling(config.policy.model, config),
+            purpose="acceptance",
+            on_episodes=advance,
+        )
+    acc = episode_accuracy(played)
+    rows = []
+    for row, cand in zip(valid.itertuples(), candidates, strict=True):
+        parent_key = (row.parent_task_id, int(row.parent_task_version))
+        acc_parent = acc[parent_key] if ad.compare == "same_checkpoint" else float(row.acc_parent)
+        acc_cand = acc[(cand.task_id, cand.task_version)]
+        rows.append(
+            {
+                "round": r,
+                "candidate_id": row.candidate_id,
+                "parent_task_id": row.parent_task_id,
+                "parent_task_version": int(row.parent_task_version),
+                "direction": row.direction,
+                "acc_parent": acc_parent,
+                "acc_candidate": acc_cand,
+                "accepted": accept_candidate(
+                    row.direction, acc_parent, acc_cand, ad.alpha_low, ad.alpha_high, ad.bounds
+                ),
+                "bounds": ad.bounds,
+                "seed": derive_seed(config.seed, "acceptance", r),
+                "checkpoint": run.label(source),
+            }
+        )
+    return rows
+
+
+STAGES = (
+    rollout,
+    reward_scoring,
+    advantage_computation,
+    policy_update,
+    rm_update,
+    task_rewriting,
+    acceptance_check,
+)

@@ -1,0 +1,191 @@
+"""End-to-end: the round flow and the training flow under Prefect's test harness, with tiny local
+models, MLflow on a temporary SQLite store."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import pytest
+import torch
+from prefect.client.orchestration import get_client
+from prefect.testing.utilities import prefect_test_harness
+from safetensors.torch import load_file
+
+import tasks.stages
+from flows.train import rlanything_train
+from rlanything_core.config import RunConfig, load_config
+from rlanything_core.models import resolve_source
+from rlanything_core.rundir import RunDir
+from rlanything_core.schemas import SCHEMAS, read_dataset
+
+ROOT = Path(__file__).resolve().parents[1]
+STAGES = [
+    "rollout",
+    "reward-scoring",
+    "advantage-computation",
+    "policy-update",
+    "rm-update",
+    "task-rewriting",
+    "acceptance-check",
+]
+ROUND_FILES = [n for n in SCHEMAS if n != "sft_samples"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    mp = pytest.MonkeyPatch()
+    home = tmp_path_factory.mktemp("prefect-home")
+    mp.setenv("PREFECT_HOME", str(home))
+    mp.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{home / 'mlflow.db'}")
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+    mp.undo()
+
+
+def tiny(rounds: int, **updates: Any) -> RunConfig:
+    return load_config(ROOT / "configs" / "tiny.yaml").model_copy(
+        update={"rounds": rounds, **updates}
+    )
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(path / "model.safetensors"))
+
+
+def _task_runs(flow_run_id: str) -> list[Any]:
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    with get_client(sync_client=True) as client:
+        rounds = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[flow_run_id])
+            )
+        )
+        runs = []
+        for r in rounds:
+            runs += client.read_task_runs(
+                flow_run_filter=FlowRunFilter(id={"any_": [r.id]})  # type: ignore[arg-type]
+            )
+        return runs
+
+
+def test_two_rounds_end_to_end(tmp_path: Path) -> None:
+    config = tiny(rounds=2)
+    run = RunDir(tmp_path / "run")
+    summary = rlanything_train(config=config, run_dir=str(run.root))
+
+    # every stage of both rounds finished, and every file matches its schema
+    assert [r["round"] for r in summary["rounds"]] == [0, 1]
+    for r in range(2):
+        for stage in STAGES:
+            assert run.finished(r, stage) is not None, (r, stage)
+        for name in ROUND_FILES:
+            read_dataset(run.dataset(r, name), name)
+    pool = read_dataset(run.dataset(2, "tasks"), "tasks")
+    assert len(pool) == config.environment.num_tasks
+    rollouts = read_dataset(run.dataset(1, "rollouts"), "rollouts")
+    assert len(rollouts) > 0 and set(rollouts["round"]) == {1}
+    assert rollouts["checkpoint"].iloc[0] == "checkpoints/policy/round_000"
+
+    # Prefect ran the seven task runs of each round, all completed
+    flow_run_id = summary["prefect_flow_run_ids"][-1]
+    task_runs = _task_runs(flow_run_id)
+    names = sorted(t.name for t in task_runs)
+    assert names == sorted(f"{s}-round-{r}" for s in STAGES for r in range(2))
+    assert all(t.state.is_completed() for t in task_runs)
+
+    # MLflow: one parent run tagged with the flow run, one nested run per round
+    client = mlflow.tracking.MlflowClient()
+    parent = client.get_run(summary["mlflow_run_id"])
+    assert parent.data.tags["prefect.flow_run_id"] == flow_run_id
+    assert parent.data.params["mode"] == "env"
+    for key in ("policy/accuracy", "policy/loss", "reward_model/loss", "env/accepted_tasks_total"):
+        history = client.get_metric_history(parent.info.run_id, key)
+        assert [m.step for m in history] == [0, 1], key
+    children = client.search_runs(
+        [parent.info.experiment_id],
+        filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'",
+    )
+    assert sorted(c.data.tags["rlanything.round"] for c in children) == ["0", "1"]
+    for child in children:
+        inputs = {d.dataset.name: d.dataset.digest for d in child.inputs.dataset_inputs}
+        r = int(child.data.tags["rlanything.round"])
+        assert set(inputs) == {f"tasks_round_{r:03d}", f"rollouts_round_{r:03d}"}
+        assert all(len(d) == 16 for d in inputs.values())
+        assert "timing/rollout_s" in child.data.metrics
+        artifacts = {a.path for a in client.list_artifacts(child.info.run_id, "checkpoints")}
+        assert artifacts == {"checkpoints/policy", "checkpoints/reward_model"}
+    assert (run.root / "plots" / "accuracy.png").is_file()
+
+    # the parameters changed: policy and reward model differ from where they started
+    for role, source in (
+        ("policy", config.policy.model.source),
+        ("reward_model", config.reward_model.model.source),
+    ):
+        start = _weights(Path(resolve_source(source)))
+        end = _weights(run.checkpoint(role, 1))
+        assert any(not torch.equal(start[k], end[k]) for k in start), role
+    stored = json.loads(run.summary_path.read_text())
+    assert stored["rounds"][1]["env/accepted_tasks_total"] >= 0
+
+
+def test_transient_failure_is_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = tasks.stages.judge
+    calls = {"n": 0}
+
+    def flaky(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise ConnectionError("reward model endpoint went away")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tasks.stages, "judge", flaky)
+    run = RunDir(tmp_path / "run")
+    summary = rlanything_train(config=tiny(rounds=1), run_dir=str(run.root))
+    assert calls["n"] == 2
+    assert len(summary["rounds"]) == 1
+    assert run.finished(0, "acceptance-check") is not None
+
+
+def test_deterministic_failure_is_not_retried_and_resume_redoes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = tasks.stages.rl_update
+    calls = {"n": 0}
+
+    def broken(source: str, *args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if "round_000" in source:  # the policy update of round 1 starts from round 0's checkpoint
+            raise ValueError("a bug in user code")
+        return real(source, *args, **kwargs)
+
+    monkeypatch.setattr(tasks.stages, "rl_update", broken)
+    run = RunDir(tmp_path / "run")
+    config = tiny(rounds=2)
+    with pytest.raises(ValueError, match="a bug in user code"):
+        rlanything_train(config=config, run_dir=str(run.root))
+    failed_calls = calls["n"]
+    assert failed_calls == 3  # round 0: policy + RM; round 1: policy fails once, no retry
+    assert run.finished(1, "advantage-computation") is not None
+    assert run.finished(1, "policy-update") is None
+    done = {
+        (r, s): run.marker(r, s).read_text()
+        for r in range(2)
+        for s in STAGES
+        if run.finished(r, s) is not None
+    }
+    rollouts = run.dataset(1, "rollouts").stat().st_mtime_ns
+
+    monkeypatch.setattr(tasks.stages, "rl_update", real)
+    summary = rlanything_train(config=config, run_dir=str(run.root))
+    assert [r["round"] for r in summary["rounds"]] == [0, 1]
+    for (r, s), text in done.items():
+        assert run.marker(r, s).read_text() == text, (r, s)  # not redone
+    assert run.dataset(1, "rollouts").stat().st_mtime_ns == rollouts
+    assert run.finished(1, "acceptance-check") is not None
+    assert len(summary["prefect_flow_run_ids"]) == 2
