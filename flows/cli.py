@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -16,18 +17,21 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-console = Console()
+# Wide enough for the summary table also when the output is not a terminal (CI, logs).
+console = Console(width=shutil.get_terminal_size((140, 40)).columns)
 
 TABLE_COLUMNS = (
     ("policy/accuracy", "accuracy"),
+    ("policy/invalid_actions", "invalid"),
     ("policy/mean_reward", "mean R"),
-    ("policy/loss", "policy loss"),
-    ("reward_model/process_accuracy", "RM process acc"),
-    ("reward_model/parse_failures", "RM parse fails"),
+    ("policy/loss", "π loss"),
+    ("reward_model/process_accuracy", "RM proc. acc"),
+    ("reward_model/parse_failure_rate", "RM parse fail"),
     ("reward_model/loss", "RM loss"),
-    ("env/candidates", "candidates"),
+    ("env/candidates", "rewrites"),
+    ("env/invalid_candidates", "invalid"),
     ("env/accepted_tasks", "accepted"),
-    ("env/accepted_tasks_total", "accepted total"),
+    ("env/accepted_tasks_total", "total"),
 )
 
 
@@ -114,10 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     resume.set_defaults(func=_resume)
     args = parser.parse_args(argv)
     from rlanything_core.config import ConfigError
+    from rlanything_core.default_model import ModelNotFoundError
+    from rlanything_core.envs.household import SpecError
+    from rlanything_core.schemas import SchemaError
 
     try:
         return int(args.func(args))
-    except (ConfigError, FileNotFoundError, ValueError) as exc:
+    except (ConfigError, ModelNotFoundError, SchemaError, SpecError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2
 

@@ -31,7 +31,7 @@ def rlanything_train(config: RunConfig, run_dir: str = "runs/latest") -> dict[st
         pool = initial_pool(env.num_tasks, env.split, env.seed, env.step_slack)
         write_dataset(pool, run.dataset(0, "tasks"), "tasks")
     tracker = Tracker(run, config, flow_run.get_id())
-    if config.policy.warm_start.enabled or config.reward_model.warm_start.enabled:
+    if any(m.warm_start.enabled for m in (config.policy, config.reward_model, config.env_model)):
         tracker.log_warm_start(warm_start(config, str(run.root), -1))
     summary = (
         json.loads(run.summary_path.read_text())

@@ -74,7 +74,7 @@ class WarmStartConfig(_Strict):
     enabled: bool = False
     """Run the warm start (once per run, before round 0)."""
     episodes: int = Field(8, ge=1)
-    """Expert episodes whose steps make the training pairs."""
+    """Expert episodes whose steps make the training pairs (env model: task specs)."""
     noise: float = Field(0.3, ge=0.0, le=1.0)
     """Fraction of random actions in those episodes (covers states off the expert's path)."""
     label_noise: float = Field(0.2, ge=0.0, le=1.0)
@@ -128,6 +128,11 @@ class RewardModelConfig(_Strict):
 
 class EnvModelConfig(_Strict):
     model: ModelConfig = ModelConfig(max_new_tokens=96)
+    warm_start: WarmStartConfig = WarmStartConfig()
+    """Fine-tune on rewrite examples (`episodes` = task specs) before round 0; RL never trains
+    the environment model."""
+    lora_rank: int = Field(16, ge=0)
+    """LoRA rank of the warm start (0 = full fine-tuning)."""
     critique_source: Literal["reward_model", "failed_rollouts"] = "reward_model"
     """"reward_model": summarize the RM's reasoning on the task's steps (paper). "failed_rollouts":
     summarize failed rollouts, marking steps all m votes rejected as high-risk (reference code)."""

@@ -100,7 +100,8 @@ def rewrite_messages(
             f"The agent solves it {accuracy:.0%} of the time. Make it {direction}.",
             f"Critique: {critique.strip()[:600]}",
             f"Fields: {_FIELDS}",
-            "Answer with a JSON object: the whole new task, or only the fields to change.",
+            "Answer with a JSON object: the whole new task, or only the fields to change, "
+            'for example {"num_distractors": 3}.',
         ]
     )
     return [{"role": "system", "content": ENV_SYSTEM}, {"role": "user", "content": user}]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rlanything_core.atomic import atomic_path
-from rlanything_core.config import RunConfig, dump_config, load_config
+from rlanything_core.config import ConfigError, RunConfig, dump_config, load_config
 
 ROLES = ("policy", "reward_model")
 
@@ -110,7 +110,7 @@ class RunDir:
         if self.config_path.is_file():
             existing = load_config(self.config_path)
             if existing != config:
-                raise ValueError(
+                raise ConfigError(
                     f"{self.root} already holds a run with a different config; continue it with "
                     f"`rlanything resume --run-dir {self.root}` or choose a new --run-dir."
                 )

@@ -28,6 +28,16 @@ def _f(name: str, typ: pa.DataType, nullable: bool = False) -> pa.Field:
 
 _TOKENS = pa.list_(pa.int32())
 
+# Identity of a rewrite candidate and its parent task.
+_CANDIDATE_KEYS = [
+    _f("round", pa.int32()),
+    _f("candidate_id", pa.string()),
+    _f("parent_task_id", pa.string()),
+    _f("parent_task_version", pa.int32()),
+    _f("direction", pa.string()),
+    _f("acc_parent", pa.float64()),
+]
+
 # Provenance columns shared by the per-step datasets.
 _STEP_KEYS = [
     _f("round", pa.int32()),
@@ -120,12 +130,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     # One row per rewrite the environment model proposed.
     "candidates": pa.schema(
         [
-            _f("round", pa.int32()),
-            _f("candidate_id", pa.string()),
-            _f("parent_task_id", pa.string()),
-            _f("parent_task_version", pa.int32()),
-            _f("direction", pa.string()),
-            _f("acc_parent", pa.float64()),
+            *_CANDIDATE_KEYS,
             _f("critique", pa.string()),
             _f("response", pa.string()),  # the environment model's whole answer
             _f("spec", pa.string(), nullable=True),  # the proposed spec (JSON); null if none parsed
@@ -138,12 +143,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     # One row per valid candidate: the acceptance check.
     "acceptance": pa.schema(
         [
-            _f("round", pa.int32()),
-            _f("candidate_id", pa.string()),
-            _f("parent_task_id", pa.string()),
-            _f("parent_task_version", pa.int32()),
-            _f("direction", pa.string()),
-            _f("acc_parent", pa.float64()),
+            *_CANDIDATE_KEYS,
             _f("acc_candidate", pa.float64()),
             _f("accepted", pa.bool_()),
             _f("bounds", pa.string()),

@@ -65,6 +65,21 @@ def select_samples(
     ]
 
 
+def _load_trainable(
+    source: str, device: str, dtype: str, lora_rank: int, lora_alpha: int, seed: int, purpose: str
+) -> tuple[Any, Any]:
+    """Seed the process for this update, then load `source` ready to train."""
+    seed_everything(derive_seed(seed, purpose) % (1 << 32))
+    return load_model(
+        source,
+        device=device,
+        dtype=dtype,
+        trainable=True,
+        lora_rank=lora_rank,
+        lora_alpha=lora_alpha,
+    )
+
+
 def rl_update(
     source: str,
     out_dir: str | Path,
@@ -90,15 +105,7 @@ def rl_update(
     `build_samples(eos_id)` returns the samples (it needs the tokenizer's EOS id). With no
     sample the model is saved unchanged and the metrics say `skipped = 1`.
     """
-    seed_everything(derive_seed(seed, "update") % (1 << 32))
-    model, tokenizer = load_model(
-        source,
-        device=device,
-        dtype=dtype,
-        trainable=True,
-        lora_rank=lora_rank,
-        lora_alpha=lora_alpha,
-    )
+    model, tokenizer = _load_trainable(source, device, dtype, lora_rank, lora_alpha, seed, "update")
     samples = build_samples(tokenizer.eos_token_id)
     if samples:
         metrics = ppo_update(
@@ -196,15 +203,7 @@ def sft_finetune(
 
     Returns the metrics and the tokenized pairs (for the record of what was trained on).
     """
-    seed_everything(derive_seed(seed, "sft") % (1 << 32))
-    model, tokenizer = load_model(
-        source,
-        device=device,
-        dtype=dtype,
-        trainable=True,
-        lora_rank=lora_rank,
-        lora_alpha=lora_alpha,
-    )
+    model, tokenizer = _load_trainable(source, device, dtype, lora_rank, lora_alpha, seed, "sft")
     pairs = tokenize_demos(tokenizer, demos)
     metrics = sft_update(
         model,

@@ -12,8 +12,13 @@ import math
 import pandas as pd
 
 from rlanything_core.adaptation import accept_candidate, adaptation_direction
-from rlanything_core.config import ModelConfig, RunConfig, UpdateConfig
-from rlanything_core.demos import Demo, judge_demonstrations, policy_demonstrations
+from rlanything_core.config import ModelConfig, RunConfig, UpdateConfig, WarmStartConfig
+from rlanything_core.demos import (
+    Demo,
+    judge_demonstrations,
+    policy_demonstrations,
+    rewrite_demonstrations,
+)
 from rlanything_core.envs.household import generate_specs, parse_spec
 from rlanything_core.judging import judge
 from rlanything_core.models import generate, load_model
@@ -41,6 +46,29 @@ def _sampling(model: ModelConfig, config: RunConfig) -> Sampling:
     )
 
 
+def _play(
+    config: RunConfig, run: RunDir, r: int, source: str, tasks: list[TaskRef], purpose: str
+) -> list[dict[str, object]]:
+    """The policy `source` plays every task G times, with a progress bar."""
+    model, tokenizer = load_model(
+        source, device=config.policy.model.device, dtype=config.policy.model.dtype
+    )
+    g = config.rollouts_per_task
+    with progress(f"round {r} {purpose}", total=len(tasks) * g) as advance:
+        return play(
+            model,
+            tokenizer,
+            tasks,
+            rollouts_per_task=g,
+            round_idx=r,
+            base_seed=config.seed,
+            checkpoint=run.label(source),
+            sampling=_sampling(config.policy.model, config),
+            purpose=purpose,
+            on_episodes=advance,
+        )
+
+
 def _write(rows: list[dict[str, object]] | pd.DataFrame, run: RunDir, r: int, name: str) -> str:
     frame = rows if isinstance(rows, pd.DataFrame) else rows_frame(rows, name)
     return str(write_dataset(frame, run.dataset(r, name), name))
@@ -48,45 +76,39 @@ def _write(rows: list[dict[str, object]] | pd.DataFrame, run: RunDir, r: int, na
 
 @stage_task("warm-start")
 def warm_start(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics]:
-    """Supervised fine-tuning of the policy and the reward model on expert-made pairs, once,
-    before round 0 (only the models whose warm_start is enabled)."""
-    env = config.environment
+    """Supervised fine-tuning of the policy, the reward model and the environment model on
+    expert-made pairs, once, before round 0 (only those whose warm_start is enabled)."""
     outputs: Outputs = {}
     metrics: Metrics = {}
-    for role, settings in (("policy", config.policy), ("reward_model", config.reward_model)):
-        ws = settings.warm_start
+    roles = (
+        ("policy", config.policy.model, config.policy.warm_start, config.policy.update.lora_rank),
+        (
+            "reward_model",
+            config.reward_model.model,
+            config.reward_model.warm_start,
+            config.reward_model.update.lora_rank,
+        ),
+        (
+            "env_model",
+            config.env_model.model,
+            config.env_model.warm_start,
+            config.env_model.lora_rank,
+        ),
+    )
+    for role, model, ws, lora_rank in roles:
         if not ws.enabled or (role == "reward_model" and not config.uses_reward_model):
             continue
-        specs = generate_specs(
-            env.split,
-            ws.episodes,
-            seed=derive_seed(config.seed, "warm-start", role) % 2**31,
-            step_slack=env.step_slack,
-        )
-        demos: list[Demo] = (
-            policy_demonstrations(
-                specs, noise=ws.noise, history_steps=env.history_steps, seed=config.seed
-            )
-            if role == "policy"
-            else judge_demonstrations(
-                specs,
-                noise=ws.noise,
-                label_noise=ws.label_noise,
-                history_steps=env.history_steps,
-                seed=config.seed,
-            )
-        )
+        demos = _warm_start_demos(config, role, ws)
         out = run.warm_start_checkpoint(role)
         steps = ws.epochs * math.ceil(len(demos) / ws.micro_batch_size)
         with progress(f"warm start {role}", total=steps) as advance:
             m, pairs = sft_finetune(
-                settings.model.source,
+                model.source,
                 out,
                 demos,
-                device=settings.model.device,
-                dtype=settings.model.dtype,
-                lora_rank=settings.update.lora_rank,
-                lora_alpha=settings.update.lora_alpha,
+                device=model.device,
+                dtype=model.dtype,
+                lora_rank=lora_rank,
                 lr=ws.lr,
                 epochs=ws.epochs,
                 micro_batch_size=ws.micro_batch_size,
@@ -112,11 +134,32 @@ def warm_start(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics
             write_dataset(rows_frame(rows, "sft_samples"), path, "sft_samples")
         )
         outputs[f"{role}_checkpoint"] = str(out)
-        metrics |= {
-            f"{role}/warm_start_loss": m["sft_loss"],
-            f"{role}/warm_start_pairs": float(len(demos)),
-        }
+        metrics[f"{role}/warm_start_loss"] = m["sft_loss"]
+        metrics[f"{role}/warm_start_pairs"] = float(len(demos))
     return outputs, metrics
+
+
+def _warm_start_demos(config: RunConfig, role: str, ws: WarmStartConfig) -> list[Demo]:
+    env = config.environment
+    specs = generate_specs(
+        env.split,
+        ws.episodes,
+        seed=derive_seed(config.seed, "warm-start", role) % 2**31,
+        step_slack=env.step_slack,
+    )
+    if role == "policy":
+        return policy_demonstrations(
+            specs, noise=ws.noise, history_steps=env.history_steps, seed=config.seed
+        )
+    if role == "reward_model":
+        return judge_demonstrations(
+            specs,
+            noise=ws.noise,
+            label_noise=ws.label_noise,
+            history_steps=env.history_steps,
+            seed=config.seed,
+        )
+    return rewrite_demonstrations(specs, seed=config.seed)
 
 
 @stage_task("rollout")
@@ -124,22 +167,7 @@ def rollout(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics]:
     """The policy plays every task of the pool G times."""
     tasks = task_refs(read_dataset(run.dataset(r, "tasks"), "tasks"))
     source = run.model_before("policy", r, config.policy.model.source)
-    model, tokenizer = load_model(
-        source, device=config.policy.model.device, dtype=config.policy.model.dtype
-    )
-    g = config.rollouts_per_task
-    with progress(f"round {r} rollout", total=len(tasks) * g) as advance:
-        rows = play(
-            model,
-            tokenizer,
-            tasks,
-            rollouts_per_task=g,
-            round_idx=r,
-            base_seed=config.seed,
-            checkpoint=run.label(source),
-            sampling=_sampling(config.policy.model, config),
-            on_episodes=advance,
-        )
+    rows = _play(config, run, r, source, tasks, "rollout")
     return {"rollouts": _write(rows, run, r, "rollouts")}, {"rollout/steps": float(len(rows))}
 
 
@@ -320,7 +348,8 @@ def _propose(
     em = config.env_model
     judgments = read_dataset(run.dataset(r, "judgments"), "judgments")
     rollouts = read_dataset(run.dataset(r, "rollouts"), "rollouts")
-    model, tokenizer = load_model(em.model.source, device=em.model.device, dtype=em.model.dtype)
+    source = run.model_before("env_model", r, em.model.source)
+    model, tokenizer = load_model(source, device=em.model.device, dtype=em.model.dtype)
 
     def ask(prompts: list[Messages], purpose: str, max_new_tokens: int) -> list[str]:
         seeds = [
@@ -381,7 +410,7 @@ def _propose(
                 "valid": spec is not None,
                 "error": error,
                 "seed": derive_seed(config.seed, "rewrite", r, ref.task_id, ref.task_version),
-                "checkpoint": em.model.source,
+                "checkpoint": run.label(source),
             }
         )
     return rows
@@ -425,23 +454,7 @@ def _accept(
             for p, v in valid[["parent_task_id", "parent_task_version"]].itertuples(index=False)
         ]
     source = str(run.checkpoint("policy", r))
-    model, tokenizer = load_model(
-        source, device=config.policy.model.device, dtype=config.policy.model.dtype
-    )
-    g = config.rollouts_per_task
-    with progress(f"round {r} acceptance check", total=len(to_play) * g) as advance:
-        played = play(
-            model,
-            tokenizer,
-            to_play,
-            rollouts_per_task=g,
-            round_idx=r,
-            base_seed=config.seed,
-            checkpoint=run.label(source),
-            sampling=_sampling(config.policy.model, config),
-            purpose="acceptance",
-            on_episodes=advance,
-        )
+    played = _play(config, run, r, source, to_play, "acceptance")
     acc = episode_accuracy(played)
     rows = []
     for row, cand in zip(valid.itertuples(), candidates, strict=True):

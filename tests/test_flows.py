@@ -189,3 +189,29 @@ def test_deterministic_failure_is_not_retried_and_resume_redoes_nothing(
     assert run.dataset(1, "rollouts").stat().st_mtime_ns == rollouts
     assert run.finished(1, "acceptance-check") is not None
     assert len(summary["prefect_flow_run_ids"]) == 2
+
+
+def test_warm_start_fine_tunes_each_enabled_model(tmp_path: Path) -> None:
+    ws = {"enabled": True, "episodes": 2, "epochs": 1, "lr": 1e-3, "micro_batch_size": 8}
+    data = tiny(rounds=1).model_dump()
+    data["policy"]["model"]["source"] = "tiny:0"
+    data["policy"]["warm_start"] = ws
+    data["env_model"] |= {"warm_start": ws, "lora_rank": 4}
+    config = RunConfig.model_validate(data)
+    run = RunDir(tmp_path / "run")
+    record = tasks.stages.warm_start.fn(config, str(run.root), -1)
+
+    assert set(record["outputs"]) == {
+        "policy_sft", "policy_checkpoint", "env_model_sft", "env_model_checkpoint",
+    }  # fmt: skip
+    pairs = read_dataset(record["outputs"]["policy_sft"], "sft_samples")
+    assert len(pairs) == record["metrics"]["policy/warm_start_pairs"] > 0
+    assert pairs["response"].str.match(r"I will .+\. \\boxed\{\d+\}").all()
+    start = _weights(Path(resolve_source("tiny:0")))
+    end = _weights(run.warm_start_checkpoint("policy"))
+    assert any(not torch.equal(start[k], end[k]) for k in start)
+    assert (run.warm_start_checkpoint("env_model") / "adapter_config.json").is_file()
+    # round 0 starts from the warm start; the reward model had none
+    assert run.model_before("policy", 0, "tiny:0") == str(run.warm_start_checkpoint("policy"))
+    assert run.model_before("reward_model", 0, "tiny-judge:0") == "tiny-judge:0"
+    assert run.finished(-1, "warm-start") is not None

@@ -138,3 +138,27 @@ def test_missing_embedded_model_says_how_to_install(monkeypatch: pytest.MonkeyPa
 def test_missing_local_path_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ModelNotFoundError, match="does not exist"):
         resolve_source(str(tmp_path / "nope"))
+
+
+def test_identical_prompts_share_a_prefill_but_not_their_samples() -> None:
+    model, tok = load_model("tiny", device="cpu")
+    same = [PROMPTS[0], PROMPTS[0], PROMPTS[1]]
+    out = generate(model, tok, same, [11, 12, 13], max_new_tokens=10, temperature=1.0)
+    alone = [
+        generate(model, tok, [p], [s], max_new_tokens=10, temperature=1.0)[0]
+        for p, s in zip(same, [11, 12, 13], strict=True)
+    ]
+    assert [g.token_ids for g in out] == [g.token_ids for g in alone]
+    assert out[0].token_ids != out[1].token_ids  # same prompt, different seeds
+
+
+def test_the_first_update_step_starts_at_ratio_one() -> None:
+    # Old log-probs are recomputed with the batches of the update itself, so before the first
+    # optimizer step π_new = π_old exactly: ratio 1, KL 0, nothing clipped.
+    model, tok = load_model("tiny", device="cpu", trainable=True)
+    out = generate(model, tok, PROMPTS, [1, 2, 3], max_new_tokens=8, temperature=1.0)
+    samples = [TrainSample(g.prompt_token_ids, g.token_ids or [tok.eos_token_id], 1.0) for g in out]
+    metrics = ppo_update(
+        model, make_optimizer(model, lr=1e-3), samples, pad_id=tok.pad_token_id, optimizer_steps=1
+    )
+    assert metrics["ratio_mean"] == 1.0 and metrics["kl"] == 0.0 and metrics["clip_fraction"] == 0.0

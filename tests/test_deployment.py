@@ -1,0 +1,31 @@
+"""The Prefect deployment file points at the training flow and its parameters are a valid config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from flows.train import rlanything_train
+from rlanything_core.config import RunConfig, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_deployment_entrypoint_and_parameters() -> None:
+    spec = yaml.safe_load((ROOT / "deployments" / "prefect.yaml").read_text())
+    (deployment,) = spec["deployments"]
+    module, _, name = deployment["entrypoint"].partition(":")
+    assert (ROOT / module).is_file() and name == rlanything_train.fn.__name__
+    assert deployment["schedules"][0]["cron"] == "0 2 * * *"
+    config = RunConfig.model_validate(deployment["parameters"]["config"])
+    # the deployment runs the tiny config, apart from where its runs are tracked
+    tiny = load_config(ROOT / "configs" / "tiny.yaml")
+    assert config.model_copy(update={"tracking": tiny.tracking}) == tiny
+
+
+def test_flow_parameters_render_as_a_form() -> None:
+    schema = rlanything_train.parameters.model_dump()
+    assert set(schema["properties"]) == {"config", "run_dir"}
+    definitions = schema["definitions"]
+    assert "RunConfig" in definitions and "mode" in definitions["RunConfig"]["properties"]

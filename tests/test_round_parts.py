@@ -1,0 +1,203 @@
+"""The parts of a round on small hand-made tables: advantage stage, rewrites, next pool, config."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from rlanything_core.config import ConfigError, RunConfig, load_config, parse_config
+from rlanything_core.envs.household import parse_spec
+from rlanything_core.feedback import EPS
+from rlanything_core.pool import initial_pool, next_pool
+from rlanything_core.rewriting import parse_rewrite
+from rlanything_core.rundir import RunDir
+from rlanything_core.schemas import SCHEMAS, read_dataset, rows_frame, to_table, write_dataset
+from tasks.stages import advantage_computation
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SPEC = {
+    "goal_type": "put",
+    "object": "mug",
+    "target": "cabinet",
+    "num_rooms": 1,
+    "num_distractors": 1,
+    "max_steps": 12,
+    "layout_seed": 3,
+}
+
+
+def _step(task: str, g: int, i: int, outcome: int, progress: bool = True) -> dict[str, object]:
+    return {
+        "round": 0, "task_id": task, "task_version": 1, "rollout_idx": g, "step_idx": i,
+        "seed": 100 * g + i, "checkpoint": "ckpt", "goal": "put a mug in cabinet",
+        "observation": "obs", "prompt": "p", "response": "\\boxed{1}", "action": "look",
+        "action_valid": True, "next_observation": "obs2", "progress": progress, "done": False,
+        "outcome": outcome, "num_steps": 2, "finish_reason": "stop", "prompt_token_ids": [1],
+        "response_token_ids": [2], "sampler_logprobs": [-0.5],
+    }  # fmt: skip
+
+
+def _vote(task: str, g: int, i: int, j: int, verdict: int | None) -> dict[str, object]:
+    return {
+        "round": 0, "task_id": task, "task_version": 1, "rollout_idx": g, "step_idx": i,
+        "seed": j, "checkpoint": "rm", "vote_idx": j, "prompt": "p", "reasoning": "r",
+        "verdict": verdict, "finish_reason": "stop", "prompt_token_ids": [1],
+        "response_token_ids": [2],
+    }  # fmt: skip
+
+
+def test_advantage_stage_on_a_hand_made_round(tmp_path: Path) -> None:
+    # Task "a": rollout 0 succeeds in 2 steps, rollout 1 fails in 2 steps → acc 0.5 (in band).
+    # Task "b": both fail → acc 0 → out of the policy band [1/8, 7/8]: kept=False, advantage 0.
+    steps = [_step("a", 0, 0, 1), _step("a", 0, 1, 1), _step("a", 1, 0, -1), _step("a", 1, 1, -1)]
+    steps += [_step("b", 0, 0, -1), _step("b", 1, 0, -1)]
+    verdicts = {
+        ("a", 0, 0): [1, 1, 1],
+        ("a", 0, 1): [1, -1, None],
+        ("a", 1, 0): [-1, -1, -1],
+        ("a", 1, 1): [1, -1, -1],
+        ("b", 0, 0): [1, 1, -1],
+        ("b", 1, 0): [-1, -1, -1],
+    }
+    votes = [_vote(t, g, i, j, v) for (t, g, i), vs in verdicts.items() for j, v in enumerate(vs)]
+    run = RunDir(tmp_path)
+    write_dataset(rows_frame(steps, "rollouts"), run.dataset(0, "rollouts"), "rollouts")
+    write_dataset(rows_frame(votes, "judgments"), run.dataset(0, "judgments"), "judgments")
+    config = RunConfig(mode="reward")
+
+    record = advantage_computation.fn(config, str(tmp_path), 0)
+
+    policy = read_dataset(record["outputs"]["policy_samples"], "policy_samples")
+    by_key = policy.set_index(["task_id", "rollout_idx", "step_idx"])
+    # R = O + mean(S): a00 = 1 + 1 = 2; a10 = −1 − 1 = −2 → step-0 group (2, −2): A = ±1.
+    # a01 = 1 + 0/3 = 1; a11 = −1 − 1/3 = −4/3 → mean −1/6, std 7/6 → A = ±(7/6)/(7/6 + ε).
+    assert by_key.loc[("a", 0, 0), "reward"] == pytest.approx(2.0)
+    assert by_key.loc[("a", 1, 1), "reward"] == pytest.approx(-4 / 3)
+    assert by_key.loc[("a", 0, 0), "advantage"] == pytest.approx(2 / (2 + EPS))
+    assert by_key.loc[("a", 1, 1), "advantage"] == pytest.approx(-(7 / 6) / (7 / 6 + EPS))
+    assert by_key.loc[("a", 0, 0), "task_accuracy"] == 0.5
+    assert not by_key.loc[("b", 0, 0), "kept"] and by_key.loc[("b", 0, 0), "advantage"] == 0.0
+
+    rm = read_dataset(record["outputs"]["rm_samples"], "rm_samples")
+    votes_a01 = rm[(rm.task_id == "a") & (rm.rollout_idx == 0) & (rm.step_idx == 1)].sort_values(
+        "vote_idx"
+    )
+    # R = 1 → vote rewards (1, −1, −2 for the unparsed vote)
+    assert votes_a01["reward"].tolist() == pytest.approx([1.0, -1.0, -2.0])
+    mean, std = -2 / 3, math.sqrt(((5 / 3) ** 2 + (1 / 3) ** 2 + (4 / 3) ** 2) / 3)
+    expected = [(x - mean) / (std + EPS) for x in (1.0, -1.0, -2.0)]
+    assert votes_a01["advantage"].tolist() == pytest.approx(expected)
+    # unanimous votes on a00 → no gradient; task b is outside the RM band [0.2, 0.8]
+    assert (
+        rm[(rm.task_id == "a") & (rm.rollout_idx == 0) & (rm.step_idx == 0)].advantage == 0
+    ).all()
+    assert not rm[rm.task_id == "b"]["kept"].any()
+    # metrics: 1 unparsed vote. Majority verdicts against the labels (all "progress" here):
+    # a00 +1 ✓, a01 tie (1 − 1 + unparsed) ✗, a10 −1 ✗, a11 −1 ✗, b00 +1 ✓, b10 −1 ✗ → 2/6
+    metrics = record["metrics"]
+    assert metrics["reward_model/parse_failures"] == 1.0
+    assert metrics["reward_model/process_accuracy"] == pytest.approx(2 / 6)
+    assert metrics["policy/accuracy"] == pytest.approx(0.25)
+
+
+def test_outcome_only_mode_uses_the_outcome_as_reward(tmp_path: Path) -> None:
+    steps = [_step("a", 0, 0, 1), _step("a", 1, 0, -1), _step("a", 2, 0, -1), _step("a", 3, 0, -1)]
+    run = RunDir(tmp_path)
+    write_dataset(rows_frame(steps, "rollouts"), run.dataset(0, "rollouts"), "rollouts")
+    record = advantage_computation.fn(RunConfig(mode="outcome_only"), str(tmp_path), 0)
+    policy = read_dataset(record["outputs"]["policy_samples"], "policy_samples")
+    # R = (1, −1, −1, −1): mean −0.5, std √0.75 → A = (1.5, −0.5, −0.5, −0.5)/√0.75
+    assert policy["reward"].tolist() == [1.0, -1.0, -1.0, -1.0]
+    std = math.sqrt(0.75) + EPS
+    assert policy["advantage"].tolist() == pytest.approx(
+        [1.5 / std, -0.5 / std, -0.5 / std, -0.5 / std]
+    )
+    assert policy["mean_verdict"].isna().all()
+    assert len(read_dataset(record["outputs"]["rm_samples"], "rm_samples")) == 0
+
+
+def test_parse_rewrite_counts_malformed_answers() -> None:
+    parent = parse_spec(SPEC)
+    spec, error = parse_rewrite('Sure! {"num_distractors": 4}', parent)
+    assert error is None and spec is not None and spec.num_distractors == 4
+    whole = {**SPEC, "goal_type": "clean_put"}
+    spec, error = parse_rewrite(f"```json\n{pd.Series(whole).to_json()}\n```", parent)
+    assert error is None and spec is not None and spec.goal_type == "clean_put"
+    for text, reason in [
+        ("make it harder", "no JSON object"),
+        ('{"num_distractors": }', "malformed JSON"),
+        ("{}", "empty"),
+        ('{"num_distractors": 1}', "identical"),
+        ('{"num_rooms": 9}', "num_rooms"),
+        ('{"max_steps": 1}', "max_steps=1 is below the expert's plan length"),
+    ]:
+        spec, error = parse_rewrite(text, parent)
+        assert spec is None and error is not None and reason in error, (text, error)
+
+
+def test_next_pool_replaces_accepted_parents_and_keeps_history() -> None:
+    pool = initial_pool(3, "id", seed=0, step_slack=4)
+    ids = pool["task_id"].tolist()
+    harder = {**parse_spec(pool["spec"][0]).model_dump(), "num_distractors": 7}
+    candidates = pd.DataFrame(
+        {
+            "candidate_id": ["c0", "c1"],
+            "spec": [pd.Series(harder).to_json(), pool["spec"][1]],
+        }
+    )
+    acceptance = pd.DataFrame(
+        {
+            "candidate_id": ["c0", "c1"],
+            "parent_task_id": [ids[0], ids[1]],
+            "parent_task_version": [1, 1],
+            "direction": ["harder", "easier"],
+            "acc_parent": [1.0, 0.0],
+            "acc_candidate": [0.5, 0.0],
+            "accepted": [True, False],
+        }
+    )
+    nxt = next_pool(pool, candidates, acceptance, next_round=1)
+    to_table(nxt, "tasks")  # matches the schema
+    assert nxt["round"].tolist() == [1, 1, 1]
+    first = nxt.iloc[0]
+    assert (first.task_id, first.task_version, first.origin) == (ids[0], 2, "rewritten")
+    assert (first.parent_task_id, first.direction, first.acc_parent, first.acc_candidate) == (
+        ids[0],
+        "harder",
+        1.0,
+        0.5,
+    )
+    assert parse_spec(first.spec).num_distractors == 7
+    assert nxt.iloc[1].task_version == 1 and nxt.iloc[1].origin == "seed"  # rejected: unchanged
+    assert set(nxt.columns) == set(SCHEMAS["tasks"].names)
+
+
+def test_config_files_load_and_errors_name_the_field(tmp_path: Path) -> None:
+    for name in ("tiny", "demo"):
+        assert isinstance(load_config(ROOT / "configs" / f"{name}.yaml"), RunConfig)
+    with pytest.raises(ConfigError, match=r"rollouts_per_task must be at least 2.*You provided 1"):
+        parse_config({"rollouts_per_task": 1})
+    with pytest.raises(ConfigError, match=r"policy\.updat: Extra inputs are not permitted"):
+        parse_config({"policy": {"updat": {}}})
+    with pytest.raises(ConfigError, match=r"adaptation.alpha_low must be below"):
+        parse_config({"adaptation": {"alpha_low": 0.9, "alpha_high": 0.5}})
+    with pytest.raises(ConfigError, match=r"reward_model\.accuracy_band must satisfy"):
+        parse_config({"reward_model": {"accuracy_band": [0.9, 0.1]}})
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("mode: [unclosed")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "missing.yaml")
+
+
+def test_run_dir_refuses_a_different_config(tmp_path: Path) -> None:
+    run = RunDir(tmp_path)
+    run.init(RunConfig())
+    run.init(RunConfig())  # the same config: fine (a resume)
+    with pytest.raises(ConfigError, match=r"different config.*rlanything resume"):
+        run.init(RunConfig(seed=1))
