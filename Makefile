@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: setup
-	$(BIN)/rlanything train --config configs/demo.yaml --run-dir runs/demo
+	$(BIN)/rlanything train --config configs/demo.yaml
 
 test: setup lint
 	$(BIN)/python -m pytest -q

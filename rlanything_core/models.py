@@ -13,6 +13,8 @@ Choices (METHOD.md §1, policy loss):
 3. The old log-probs of an update are recomputed with the loaded checkpoint before the first
    optimizer step; the sampler's log-probs are kept only for diagnostics.
 4. EOS is appended to every training response that does not already end with it.
+5. Each round's update starts a fresh AdamW: optimizer moments are not carried from one round's
+   checkpoint to the next (a checkpoint is the model alone, in Hugging Face format).
 """
 
 from __future__ import annotations

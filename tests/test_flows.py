@@ -74,6 +74,16 @@ def _task_runs(flow_run_id: str) -> list[Any]:
         return runs
 
 
+def _artifact_keys(flow_run_id: Any) -> set[str]:
+    from prefect.client.schemas.filters import FlowRunFilter
+
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(
+            flow_run_filter=FlowRunFilter(id={"any_": [flow_run_id]})  # type: ignore[arg-type]
+        )
+    return {a.key for a in artifacts if a.key}
+
+
 def test_two_rounds_end_to_end(tmp_path: Path) -> None:
     config = tiny(rounds=2)
     run = RunDir(tmp_path / "run")
@@ -98,6 +108,10 @@ def test_two_rounds_end_to_end(tmp_path: Path) -> None:
     names = sorted(t.name for t in task_runs)
     assert names == sorted(f"{s}-round-{r}" for s in STAGES for r in range(2))
     assert all(t.state.is_completed() for t in task_runs)
+    assert _artifact_keys(task_runs[0].flow_run_id) == {
+        "rlanything-rewrites",
+        "rlanything-round-summary",
+    }
 
     # MLflow: one parent run tagged with the flow run, one nested run per round
     client = mlflow.tracking.MlflowClient()
