@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from rlanything_core.config import UpdateConfig
 from rlanything_core.demos import Demo
 from rlanything_core.models import (
     TrainSample,
@@ -84,19 +85,11 @@ def rl_update(
     source: str,
     out_dir: str | Path,
     build_samples: Callable[[int], list[TrainSample]],
+    update: UpdateConfig,
     *,
     device: str,
     dtype: str,
     temperature: float,
-    lr: float,
-    weight_decay: float,
-    lora_rank: int,
-    lora_alpha: int,
-    clip_eps: float,
-    kl_beta: float,
-    optimizer_steps: int,
-    micro_batch_size: int,
-    max_grad_norm: float,
     seed: int,
     on_step: Callable[[int], None] | None = None,
 ) -> dict[str, float]:
@@ -105,20 +98,22 @@ def rl_update(
     `build_samples(eos_id)` returns the samples (it needs the tokenizer's EOS id). With no
     sample the model is saved unchanged and the metrics say `skipped = 1`.
     """
-    model, tokenizer = _load_trainable(source, device, dtype, lora_rank, lora_alpha, seed, "update")
+    model, tokenizer = _load_trainable(
+        source, device, dtype, update.lora_rank, update.lora_alpha, seed, "update"
+    )
     samples = build_samples(tokenizer.eos_token_id)
     if samples:
         metrics = ppo_update(
             model,
-            make_optimizer(model, lr=lr, weight_decay=weight_decay),
+            make_optimizer(model, lr=update.lr, weight_decay=update.weight_decay),
             samples,
             pad_id=tokenizer.pad_token_id,
             temperature=temperature,
-            clip_eps=clip_eps,
-            kl_beta=kl_beta,
-            optimizer_steps=optimizer_steps,
-            micro_batch_size=micro_batch_size,
-            max_grad_norm=max_grad_norm,
+            clip_eps=update.clip_eps,
+            kl_beta=update.kl_beta,
+            optimizer_steps=update.optimizer_steps,
+            micro_batch_size=update.micro_batch_size,
+            max_grad_norm=update.max_grad_norm,
             on_step=on_step,
         )
         metrics["skipped"] = 0.0
