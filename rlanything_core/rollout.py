@@ -135,12 +135,3 @@ def play(
             row["num_steps"] = ep.steps_taken
         flat += steps
     return flat
-
-
-def episode_accuracy(rows: Sequence[dict[str, object]]) -> dict[tuple[str, int], float]:
-    """Fraction of successful rollouts per (task_id, task_version) from rollout rows."""
-    outcomes: dict[tuple[str, int], dict[object, bool]] = {}
-    for row in rows:
-        key = (str(row["task_id"]), int(row["task_version"]))  # type: ignore[call-overload]
-        outcomes.setdefault(key, {})[row["rollout_idx"]] = row["outcome"] == 1
-    return {k: sum(v.values()) / len(v) for k, v in outcomes.items()}

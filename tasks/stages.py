@@ -25,7 +25,7 @@ from rlanything_core.models import generate, load_model
 from rlanything_core.pool import next_pool, task_refs
 from rlanything_core.prompts import Messages
 from rlanything_core.rewriting import critique_messages, parse_rewrite, rewrite_messages
-from rlanything_core.rollout import Sampling, TaskRef, episode_accuracy, play
+from rlanything_core.rollout import Sampling, TaskRef, play
 from rlanything_core.rundir import RunDir
 from rlanything_core.schemas import read_dataset, rows_frame, write_dataset
 from rlanything_core.seeding import derive_seed
@@ -447,12 +447,14 @@ def _accept(
         ]
     source = str(run.checkpoint("policy", r))
     played = _play(config, run, r, source, to_play, "acceptance")
-    acc = episode_accuracy(played)
+    acc = task_accuracies(pd.DataFrame(played))
     rows = []
     for row, cand in zip(valid.itertuples(), candidates, strict=True):
         parent_key = (row.parent_task_id, int(row.parent_task_version))
-        acc_parent = acc[parent_key] if ad.compare == "same_checkpoint" else float(row.acc_parent)
-        acc_cand = acc[(cand.task_id, cand.task_version)]
+        acc_parent = (
+            float(acc[parent_key]) if ad.compare == "same_checkpoint" else float(row.acc_parent)
+        )
+        acc_cand = float(acc[(cand.task_id, cand.task_version)])
         rows.append(
             {
                 "round": r,
