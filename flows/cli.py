@@ -94,6 +94,28 @@ def _resume(args: argparse.Namespace) -> int:
     return _run(load_config(run.config_path), str(run.root))
 
 
+def _eval(args: argparse.Namespace) -> int:
+    from rlanything_core.config import load_config
+
+    _prefect_defaults()
+    from flows.evaluate import rlanything_eval
+
+    metrics = rlanything_eval(
+        config=load_config(args.config),
+        policy=args.policy,
+        reward_model=args.reward_model,
+        out_dir=args.out,
+    )
+    table = Table(title=f"rlanything eval: {args.policy}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in sorted(metrics.items()):
+        table.add_row(key, f"{value:.3f}")
+    console.print(table)
+    console.print(f"written to {Path(args.out) / 'eval.json'}")
+    return 0
+
+
 def _run(config: Any, run_dir: str) -> int:
     _prefect_defaults()
     from flows.train import rlanything_train
@@ -116,6 +138,12 @@ def main(argv: list[str] | None = None) -> int:
     resume = sub.add_parser("resume", help="continue a run after its last finished stage")
     resume.add_argument("--run-dir", required=True)
     resume.set_defaults(func=_resume)
+    ev = sub.add_parser("eval", help="evaluate a policy (and a reward model) on held-out tasks")
+    ev.add_argument("--config", required=True, help="YAML config (its evaluation section)")
+    ev.add_argument("--policy", required=True, help="policy checkpoint or model source")
+    ev.add_argument("--reward-model", help="reward-model checkpoint or source to evaluate too")
+    ev.add_argument("--out", default="runs/eval", help="output directory (default runs/eval)")
+    ev.set_defaults(func=_eval)
     args = parser.parse_args(argv)
     from rlanything_core.config import ConfigError
     from rlanything_core.default_model import ModelNotFoundError

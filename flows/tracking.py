@@ -198,3 +198,22 @@ class Tracker:
             f"mlflow ui --backend-store-uri {self.uri}  → "
             f"http://127.0.0.1:5000/#/experiments/{self.experiment_id}/runs/{self.parent_id}"
         )
+
+
+def log_evaluation(
+    config: RunConfig,
+    metrics: dict[str, float],
+    *,
+    policy: str,
+    reward_model: str | None,
+    out_dir: Path,
+) -> str:
+    """One MLflow run per evaluation, in the config's experiment; returns its id."""
+    mlflow.set_tracking_uri(tracking_uri())
+    mlflow.set_experiment(config.tracking.experiment)
+    with mlflow.start_run(run_name=f"eval-{Path(policy).name}") as run:
+        mlflow.set_tags({"rlanything.kind": "eval", "rlanything.out_dir": str(out_dir.resolve())})
+        mlflow.log_params({"policy": policy, "reward_model": str(reward_model)})
+        mlflow.log_metrics(metrics, step=0)
+        mlflow.log_artifact(str(out_dir / "eval.json"))
+        return run.info.run_id

@@ -167,6 +167,17 @@ class AdaptationConfig(_Strict):
     """Rewrite at most this many tasks per round (lowest task ids first); None = all triggered."""
 
 
+class EvalConfig(_Strict):
+    """Held-out evaluation (`rlanything eval`): fixed task sets, fixed seeds."""
+
+    num_tasks: int = Field(16, ge=1)
+    """Tasks per split (in-domain and out-of-domain)."""
+    rollouts_per_task: int = Field(4, ge=1)
+    """Episodes per task."""
+    seed: int = 1000
+    """Seed of the held-out task generators; keep it away from environment.seed."""
+
+
 class TrackingConfig(_Strict):
     experiment: str = "rlanything"
     """MLflow experiment name."""
@@ -193,6 +204,7 @@ class RunConfig(_Strict):
     env_model: EnvModelConfig = EnvModelConfig()
     advantage: AdvantageConfig = AdvantageConfig()
     adaptation: AdaptationConfig = AdaptationConfig()
+    evaluation: EvalConfig = EvalConfig()
     tracking: TrackingConfig = TrackingConfig()
 
     @model_validator(mode="after")

@@ -124,21 +124,44 @@ def rm_samples(
 
     parsed = votes_df["verdict"].notna()
     agree = np.sign(votes_df.loc[parsed, "verdict"]) == np.sign(votes_df.loc[parsed, "step_reward"])
-    majority = pd.Series(np.sign(np.nan_to_num(s, nan=0.0).sum(axis=1)), index=steps.index)
-    labels = (
-        rollouts.set_index(STEP_KEY)["progress"]
-        .reindex(pd.MultiIndex.from_frame(steps[STEP_KEY]))
-        .to_numpy()
-    )
-    decided = majority != 0
-    truth = np.where(labels, 1.0, -1.0)
     metrics = {
         "reward_model/parse_failures": float((~parsed).sum()),
         "reward_model/parse_failure_rate": float((~parsed).mean()) if len(parsed) else 0.0,
         "reward_model/vote_agreement": float(agree.mean()) if len(agree) else 0.0,
-        "reward_model/process_accuracy": float(
-            (majority[decided] == truth[decided]).sum() / max(len(steps), 1)
-        ),
+        "reward_model/process_accuracy": process_accuracy(rollouts, judgments, votes),
+        "reward_model/outcome_accuracy": outcome_accuracy(rollouts, judgments, votes),
         "reward_model/kept_samples": float(kept.sum()),
     }
     return votes_df, metrics
+
+
+def process_accuracy(rollouts: pd.DataFrame, judgments: pd.DataFrame, votes: int) -> float:
+    """Majority verdict of the m votes on a step against the planner's progress label.
+
+    Ties and steps without a parsed vote count as wrong. Paper Table 1, "RM process".
+    """
+    if not len(rollouts):
+        return 0.0
+    s = verdict_matrix(rollouts, judgments, votes)  # (N, m)
+    majority = np.sign(np.nan_to_num(s, nan=0.0).sum(axis=1))  # (N,) in {−1, 0, +1}
+    truth = np.where(rollouts["progress"].to_numpy(dtype=bool), 1.0, -1.0)
+    return float((majority == truth).mean())
+
+
+def outcome_accuracy(rollouts: pd.DataFrame, judgments: pd.DataFrame, votes: int) -> float:
+    """How well a trajectory's step verdicts predict its outcome. Paper Table 1, "RM outcome".
+
+    A trajectory is predicted to succeed when Σ_i mean_j S_{τ_i,j} > 0 (unparsed votes count 0),
+    else to fail; the result is the fraction of trajectories predicted right.
+    """
+    if not len(rollouts):
+        return 0.0
+    s = verdict_matrix(rollouts, judgments, votes)  # (N, m)
+    steps = rollouts[["task_id", "task_version", "rollout_idx", "outcome"]].assign(
+        score=np.nan_to_num(s, nan=0.0).mean(axis=1)
+    )
+    per = steps.groupby(["task_id", "task_version", "rollout_idx"]).agg(
+        score=("score", "sum"), outcome=("outcome", "first")
+    )
+    predicted = np.where(per["score"] > 0, 1, -1)
+    return float((predicted == per["outcome"].to_numpy()).mean())

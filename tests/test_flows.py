@@ -16,6 +16,7 @@ from prefect.testing.utilities import prefect_test_harness
 from safetensors.torch import load_file
 
 import tasks.stages
+from flows.evaluate import rlanything_eval
 from flows.train import rlanything_train
 from rlanything_core.config import RunConfig, load_config
 from rlanything_core.models import resolve_source
@@ -229,3 +230,44 @@ def test_warm_start_fine_tunes_each_enabled_model(tmp_path: Path) -> None:
     assert run.model_before("policy", 0, "tiny:0") == str(run.warm_start_checkpoint("policy"))
     assert run.model_before("reward_model", 0, "tiny-judge:0") == "tiny-judge:0"
     assert run.finished(-1, "warm-start") is not None
+
+
+def test_eval_on_held_out_tasks(tmp_path: Path) -> None:
+    data = tiny(rounds=1).model_dump()
+    data["evaluation"] = {"num_tasks": 2, "rollouts_per_task": 2, "seed": 7}
+    config = RunConfig.model_validate(data)
+    out = tmp_path / "eval"
+    metrics = rlanything_eval(
+        config=config, policy="tiny-policy:0", reward_model="tiny-judge:0", out_dir=str(out)
+    )
+    assert set(metrics) == {
+        f"eval/{split}/{name}"
+        for split in ("id", "ood")
+        for name in (
+            "policy_accuracy",
+            "invalid_actions",
+            "rm_process_accuracy",
+            "rm_outcome_accuracy",
+            "rm_parse_failure_rate",
+        )
+    }
+    assert all(0.0 <= v <= 1.0 for v in metrics.values())
+    for split in ("id", "ood"):
+        rollouts = read_dataset(out / f"{split}_rollouts.parquet", "rollouts")
+        assert rollouts["task_id"].nunique() == 2
+        assert rollouts.drop_duplicates(["task_id", "rollout_idx"]).shape[0] == 4
+        judgments = read_dataset(out / f"{split}_judgments.parquet", "judgments")
+        assert len(judgments) == 3 * len(rollouts)
+    ood_goals = set(read_dataset(out / "ood_rollouts.parquet", "rollouts")["goal"])
+    assert all("cool" in g or "two" in g for g in ood_goals)
+    stored = json.loads((out / "eval.json").read_text())
+    assert stored["eval/id/policy_accuracy"] == metrics["eval/id/policy_accuracy"]
+    runs = mlflow.search_runs(
+        experiment_names=[config.tracking.experiment],
+        filter_string="tags.`rlanything.kind` = 'eval'",
+        output_format="list",
+    )
+    assert (
+        runs
+        and runs[0].data.metrics["eval/ood/policy_accuracy"] == metrics["eval/ood/policy_accuracy"]
+    )

@@ -101,6 +101,9 @@ def test_advantage_stage_on_a_hand_made_round(tmp_path: Path) -> None:
     metrics = record["metrics"]
     assert metrics["reward_model/parse_failures"] == 1.0
     assert metrics["reward_model/process_accuracy"] == pytest.approx(2 / 6)
+    # Outcome accuracy: Σ_steps mean verdict per trajectory, > 0 predicts success.
+    # a0: 1 + 0 = 1 → +1 ✓ (outcome +1); a1: −1 − 1/3 → −1 ✓; b0: 1/3 → +1 ✗; b1: −1 ✓ → 3/4
+    assert metrics["reward_model/outcome_accuracy"] == pytest.approx(3 / 4)
     assert metrics["policy/accuracy"] == pytest.approx(0.25)
 
 
