@@ -116,6 +116,21 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ablate(args: argparse.Namespace) -> int:
+    from rlanything_core.config import load_config
+
+    config = load_config(args.config)
+    if args.rounds is not None:
+        config = config.model_copy(update={"rounds": args.rounds})
+    _prefect_defaults()
+    from flows.ablate import rlanything_ablate
+
+    rlanything_ablate(config=config, seeds=args.seeds, out_dir=args.out)
+    console.print((Path(args.out) / "ablation.md").read_text())
+    console.print(f"written to {Path(args.out) / 'ablation.json'} and the PNG plots beside it")
+    return 0
+
+
 def _run(config: Any, run_dir: str) -> int:
     _prefect_defaults()
     from flows.train import rlanything_train
@@ -144,6 +159,12 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--reward-model", help="reward-model checkpoint or source to evaluate too")
     ev.add_argument("--out", default="runs/eval", help="output directory (default runs/eval)")
     ev.set_defaults(func=_eval)
+    ab = sub.add_parser("ablate", help="the paper's ablation rows, same budgets and seeds")
+    ab.add_argument("--config", required=True, help="YAML config of the trained rows")
+    ab.add_argument("--seeds", type=int, default=3, help="seeds per row (default 3)")
+    ab.add_argument("--rounds", type=int, help="override the config's number of rounds")
+    ab.add_argument("--out", required=True, help="output directory (resumable)")
+    ab.set_defaults(func=_ablate)
     args = parser.parse_args(argv)
     from rlanything_core.config import ConfigError
     from rlanything_core.default_model import ModelNotFoundError

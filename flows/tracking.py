@@ -217,3 +217,30 @@ def log_evaluation(
         mlflow.log_metrics(metrics, step=0)
         mlflow.log_artifact(str(out_dir / "eval.json"))
         return run.info.run_id
+
+
+def plot_rows(curves: dict[str, list[list[dict[str, float]]]], out: Path) -> list[Path]:
+    """Ablation plots: policy accuracy per round for each row, and accepted tasks per round
+    (means over seeds), as PNG files in `out`."""
+    paths = []
+    for key, title, file in (
+        ("policy/accuracy", "Policy accuracy per round (training tasks)", "ablation_accuracy.png"),
+        ("env/accepted_tasks_total", "Accepted tasks (cumulative)", "ablation_accepted.png"),
+    ):
+        fig, ax = plt.subplots(figsize=(5.5, 3.5))
+        for name, runs in curves.items():
+            frame = pd.DataFrame(
+                [{"round": r["round"], key: r.get(key, 0.0)} for run in runs for r in run]
+            )
+            mean = frame.groupby("round")[key].mean()
+            ax.plot(mean.index, mean.to_numpy(), marker="o", label=name)
+        ax.set_xlabel("round")
+        ax.set_title(title)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        path = out / file
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        paths.append(path)
+    return paths

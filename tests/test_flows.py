@@ -16,6 +16,7 @@ from prefect.testing.utilities import prefect_test_harness
 from safetensors.torch import load_file
 
 import tasks.stages
+from flows.ablate import rlanything_ablate
 from flows.evaluate import rlanything_eval
 from flows.train import rlanything_train
 from rlanything_core.config import RunConfig, load_config
@@ -271,3 +272,35 @@ def test_eval_on_held_out_tasks(tmp_path: Path) -> None:
         runs
         and runs[0].data.metrics["eval/ood/policy_accuracy"] == metrics["eval/ood/policy_accuracy"]
     )
+
+
+def test_ablate_one_seed_one_round(tmp_path: Path) -> None:
+    data = tiny(rounds=1, rollouts_per_task=2).model_dump()
+    data["evaluation"] = {"num_tasks": 1, "rollouts_per_task": 2, "seed": 7}
+    data["environment"] |= {"num_tasks": 2, "step_slack": 2}
+    data["reward_model"]["votes"] = 2
+    data["tracking"]["checkpoints"] = "reference"
+    config = RunConfig.model_validate(data)
+    out = tmp_path / "ablation"
+    summary = rlanything_ablate(config=config, seeds=1, out_dir=str(out))
+
+    assert list(summary) == ["Before", "Outcome-only", "Policy", "+Reward", "+Reward+Env"]
+    assert "eval/id/rm_process_accuracy" not in summary["Outcome-only"]
+    assert summary["+Reward+Env"]["accepted_tasks"][1] == 0.0  # std over one seed
+    table = (out / "ablation.md").read_text()
+    assert "| Row | Policy ID | Policy OOD | RM process | RM outcome | Accepted tasks |" in table
+    assert table.count("\n| ") == 6
+    stored = json.loads((out / "ablation.json").read_text())
+    assert stored["per_seed"]["Policy"][0]["eval/id/policy_accuracy"] == pytest.approx(
+        summary["Policy"]["eval/id/policy_accuracy"][0]
+    )
+    assert (out / "ablation_accuracy.png").is_file() and (out / "ablation_accepted.png").is_file()
+    # "Before" evaluated the Policy run's starting models; the trained rows their last checkpoints
+    policy_run = RunDir(out / "policy" / "seed_0" / "run")
+    assert policy_run.checkpoint("policy", 0).is_dir()
+    assert not (out / "before" / "seed_0" / "run").exists()
+
+    # resumable: a second call trains and evaluates nothing again
+    stamp = (out / "reward-env" / "seed_0" / "eval" / "eval.json").stat().st_mtime_ns
+    rlanything_ablate(config=config, seeds=1, out_dir=str(out))
+    assert (out / "reward-env" / "seed_0" / "eval" / "eval.json").stat().st_mtime_ns == stamp

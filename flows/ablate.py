@@ -1,0 +1,133 @@
+"""`rlanything-ablate`: the paper's Table 1 rows with identical budgets and seeds.
+
+Rows: Before (no training), Outcome-only (GRPO), Policy (integrated feedback, fixed RM and tasks),
++Reward (the RM trained by consistency feedback), +Reward+Env (task adaptation). Each trained row
+is a full training run per seed, evaluated with `rlanything-eval` on the same held-out sets;
+"Before" evaluates the models the runs start from (after the warm start, when enabled).
+Outcome-only trains no reward model, so its RM columns stay empty.
+Resumable: a (row, seed) whose eval.json exists is not rerun.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from prefect import flow
+
+from flows.evaluate import rlanything_eval
+from flows.tracking import plot_rows
+from flows.train import rlanything_train
+from rlanything_core.config import Mode, RunConfig
+from rlanything_core.rundir import RunDir, write_json
+
+ROWS: tuple[tuple[str, Mode | None], ...] = (
+    ("Before", None),
+    ("Outcome-only", "outcome_only"),
+    ("Policy", "policy"),
+    ("+Reward", "reward"),
+    ("+Reward+Env", "env"),
+)
+SLUGS = {
+    "Before": "before",
+    "Outcome-only": "outcome-only",
+    "Policy": "policy",
+    "+Reward": "reward",
+    "+Reward+Env": "reward-env",
+}
+COLUMNS = (
+    ("eval/id/policy_accuracy", "Policy ID"),
+    ("eval/ood/policy_accuracy", "Policy OOD"),
+    ("eval/id/rm_process_accuracy", "RM process"),
+    ("eval/id/rm_outcome_accuracy", "RM outcome"),
+    ("accepted_tasks", "Accepted tasks"),
+)
+
+
+@flow(name="rlanything-ablate")
+def rlanything_ablate(config: RunConfig, seeds: int, out_dir: str) -> dict[str, Any]:
+    """Train and evaluate every row for seeds 0..seeds−1 (config.seed + k); write
+    ablation.json, ablation.md and per-round plots to `out_dir`."""
+    out = Path(out_dir).resolve()
+    results: dict[str, list[dict[str, float]]] = {}
+    curves: dict[str, list[list[dict[str, float]]]] = {}
+    for name, mode in ROWS:
+        for k in range(seeds):
+            seed = config.seed + k
+            cell = out / SLUGS[name] / f"seed_{seed}"
+            # "Before" evaluates the starting models of the Policy run of the same seed: the
+            # warm-started policy and reward model every trained row starts from.
+            source_row = "Policy" if mode is None else name
+            run = RunDir(out / SLUGS[source_row] / f"seed_{seed}" / "run")
+            row_config = config.model_copy(update={"mode": mode or "policy", "seed": seed})
+            if len(_rounds(run)) < config.rounds:
+                rlanything_train(config=row_config, run_dir=str(run.root))
+            if not (cell / "eval" / "eval.json").is_file():
+                after = 0 if mode is None else config.rounds
+                rlanything_eval(
+                    config=row_config,
+                    policy=run.model_before("policy", after, config.policy.model.source),
+                    reward_model=None
+                    if mode == "outcome_only"
+                    else run.model_before("reward_model", after, config.reward_model.model.source),
+                    out_dir=str(cell / "eval"),
+                )
+            metrics = json.loads((cell / "eval" / "eval.json").read_text())
+            rounds = _rounds(run)
+            accepted = 0.0 if mode != "env" else float(rounds[-1]["env/accepted_tasks_total"])
+            results.setdefault(name, []).append(
+                {k: v for k, v in metrics.items() if k.startswith("eval/")}
+                | {"accepted_tasks": accepted}
+            )
+            if mode is not None:
+                curves.setdefault(name, []).append(rounds)
+    summary = _summarize(results)
+    write_json(out / "ablation.json", {"seeds": seeds, "rounds": config.rounds, "rows": summary,
+                                       "per_seed": results})  # fmt: skip
+    (out / "ablation.md").write_text(_markdown(summary, seeds, config.rounds))
+    plot_rows(curves, out)
+    return summary
+
+
+def _rounds(run: RunDir) -> list[dict[str, float]]:
+    if not run.summary_path.is_file():
+        return []
+    rounds: list[dict[str, float]] = json.loads(run.summary_path.read_text())["rounds"]
+    return rounds
+
+
+def _summarize(results: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, list[float]]]:
+    """Per row and column: [mean, population std] over seeds."""
+    summary: dict[str, dict[str, list[float]]] = {}
+    for name, cells in results.items():
+        frame = pd.DataFrame(cells)
+        summary[name] = {
+            key: [float(frame[key].mean()), float(np.std(frame[key].to_numpy()))]
+            for key, _ in COLUMNS
+            if key in frame
+        }
+    return summary
+
+
+def _markdown(summary: dict[str, dict[str, list[float]]], seeds: int, rounds: int) -> str:
+    header = "| Row | " + " | ".join(label for _, label in COLUMNS) + " |"
+    lines = [
+        f"Mean ± std over {seeds} seed(s), {rounds} round(s) per run; accuracies in %.",
+        "",
+        header,
+        "|" + "---|" * (len(COLUMNS) + 1),
+    ]
+    for name, _ in ROWS:
+        cells = []
+        for key, _ in COLUMNS:
+            if key not in summary[name]:
+                cells.append("–")
+                continue
+            mean, std = summary[name][key]
+            scale = 1.0 if key == "accepted_tasks" else 100.0
+            cells.append(f"{mean * scale:.1f} ± {std * scale:.1f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
