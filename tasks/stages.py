@@ -8,6 +8,7 @@ and write their (empty) datasets, so every round has the same files.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pandas as pd
 
@@ -46,27 +47,84 @@ def _sampling(model: ModelConfig, config: RunConfig) -> Sampling:
     )
 
 
-def _play(
-    config: RunConfig, run: RunDir, r: int, source: str, tasks: list[TaskRef], purpose: str
+def play_tasks(
+    config: RunConfig,
+    model: Any,
+    tokenizer: Any,
+    tasks: list[TaskRef],
+    *,
+    rollouts_per_task: int,
+    round_idx: int,
+    base_seed: int,
+    checkpoint: str,
+    purpose: str,
+    description: str,
 ) -> list[dict[str, object]]:
-    """The policy `source` plays every task G times, with a progress bar."""
-    model, tokenizer = load_model(
-        source, device=config.policy.model.device, dtype=config.policy.model.dtype
-    )
-    g = config.rollouts_per_task
-    with progress(f"round {r} {purpose}", total=len(tasks) * g) as advance:
+    """A loaded policy plays every task, sampling as `config.policy.model` says; progress bar."""
+    with progress(description, total=len(tasks) * rollouts_per_task) as advance:
         return play(
             model,
             tokenizer,
             tasks,
-            rollouts_per_task=g,
-            round_idx=r,
-            base_seed=config.seed,
-            checkpoint=run.label(source),
+            rollouts_per_task=rollouts_per_task,
+            round_idx=round_idx,
+            base_seed=base_seed,
+            checkpoint=checkpoint,
             sampling=_sampling(config.policy.model, config),
             purpose=purpose,
             on_episodes=advance,
         )
+
+
+def judge_steps(
+    config: RunConfig,
+    model: Any,
+    tokenizer: Any,
+    rollouts: pd.DataFrame,
+    *,
+    round_idx: int,
+    base_seed: int,
+    checkpoint: str,
+    description: str,
+) -> list[dict[str, object]]:
+    """A loaded reward model votes m times on every step, as `config.reward_model` says."""
+    rm = config.reward_model
+    with progress(description, total=len(rollouts) * rm.votes) as advance:
+        return judge(
+            model,
+            tokenizer,
+            rollouts,
+            votes=rm.votes,
+            round_idx=round_idx,
+            base_seed=base_seed,
+            checkpoint=checkpoint,
+            temperature=rm.model.temperature,
+            max_new_tokens=rm.model.max_new_tokens,
+            batch_size=rm.model.batch_size,
+            history_steps=config.environment.history_steps,
+            on_batch=advance,
+        )
+
+
+def _play(
+    config: RunConfig, run: RunDir, r: int, source: str, tasks: list[TaskRef], purpose: str
+) -> list[dict[str, object]]:
+    """The policy `source` plays every task G times."""
+    model, tokenizer = load_model(
+        source, device=config.policy.model.device, dtype=config.policy.model.dtype
+    )
+    return play_tasks(
+        config,
+        model,
+        tokenizer,
+        tasks,
+        rollouts_per_task=config.rollouts_per_task,
+        round_idx=r,
+        base_seed=config.seed,
+        checkpoint=run.label(source),
+        purpose=purpose,
+        description=f"round {r} {purpose}",
+    )
 
 
 def _write(rows: list[dict[str, object]] | pd.DataFrame, run: RunDir, r: int, name: str) -> str:
@@ -180,21 +238,16 @@ def reward_scoring(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Met
         rm = config.reward_model
         source = run.model_before("reward_model", r, rm.model.source)
         model, tokenizer = load_model(source, device=rm.model.device, dtype=rm.model.dtype)
-        with progress(f"round {r} reward scoring", total=len(rollouts) * rm.votes) as advance:
-            rows = judge(
-                model,
-                tokenizer,
-                rollouts,
-                votes=rm.votes,
-                round_idx=r,
-                base_seed=config.seed,
-                checkpoint=run.label(source),
-                temperature=rm.model.temperature,
-                max_new_tokens=rm.model.max_new_tokens,
-                batch_size=rm.model.batch_size,
-                history_steps=config.environment.history_steps,
-                on_batch=advance,
-            )
+        rows = judge_steps(
+            config,
+            model,
+            tokenizer,
+            rollouts,
+            round_idx=r,
+            base_seed=config.seed,
+            checkpoint=run.label(source),
+            description=f"round {r} reward scoring",
+        )
     return {"judgments": _write(rows, run, r, "judgments")}, {
         "reward_model/votes": float(len(rows))
     }
