@@ -13,7 +13,6 @@ from prefect import flow
 
 from flows.tracking import log_evaluation
 from rlanything_core.config import RunConfig
-from rlanything_core.envs.household import generate_specs
 from rlanything_core.models import load_model
 from rlanything_core.rollout import TaskRef
 from rlanything_core.rundir import write_json
@@ -40,9 +39,7 @@ def rlanything_eval(
     )
     metrics: dict[str, float] = {}
     for split in SPLITS:
-        specs = generate_specs(
-            split, ev.num_tasks, seed=derive_seed(ev.seed, split) % 2**31, step_slack=env.step_slack
-        )
+        specs = env.generate(split, ev.num_tasks, derive_seed(ev.seed, split) % 2**31)
         tasks = [TaskRef(f"eval-{split}-{i:03d}", 1, s) for i, s in enumerate(specs)]
         rows = play_tasks(
             config,

@@ -27,8 +27,7 @@ def rlanything_train(config: RunConfig, run_dir: str = "runs/latest") -> dict[st
     run = RunDir(run_dir)
     run.init(config)
     if not run.dataset(0, "tasks").is_file():
-        env = config.environment
-        pool = initial_pool(env.num_tasks, env.split, env.seed, env.step_slack)
+        pool = initial_pool(config.environment)
         write_dataset(pool, run.dataset(0, "tasks"), "tasks")
     tracker = Tracker(run, config, flow_run.get_id())
     if any(m.warm_start.enabled for m in (config.policy, config.reward_model, config.env_model)):

@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rlanything_core.default_model import EMBEDDED_DEFAULT
+from rlanything_core.envs.household import GoalType, HouseholdSpec, SpecError, generate_specs
 
 Mode = Literal["outcome_only", "policy", "reward", "env"]
 
@@ -79,6 +80,9 @@ class WarmStartConfig(_Strict):
     """Fraction of random actions in those episodes (covers states off the expert's path)."""
     label_noise: float = Field(0.2, ge=0.0, le=1.0)
     """Reward model only: fraction of step labels flipped, so the RM starts imperfect."""
+    explain: bool = True
+    """Policy only: answers name the action before the box ("I will go to desk 1. \\boxed{6}");
+    False trains the box alone (shorter answers, for tiny models)."""
     epochs: int = Field(1, ge=1)
     """Passes over the pairs."""
     lr: float = Field(5e-4, gt=0.0)
@@ -102,6 +106,37 @@ class EnvironmentConfig(_Strict):
     """Each generated task allows the expert's plan length plus this many steps."""
     history_steps: int = Field(2, ge=0)
     """Previous (action, observation) pairs shown in the policy's and the RM's prompts."""
+    goals: list[GoalType] | None = None
+    """Goal types of the tasks generated for `split` (the initial pool, warm starts and eval's
+    set of that split); None = the split's own (id: put, clean_put, heat_put; ood: cool_put,
+    find_two)."""
+    num_rooms: tuple[int, int] | None = None
+    """Room-count range [low, high] of those tasks; None = the split's own (id 1–2, ood 3–4)."""
+    num_distractors: tuple[int, int] | None = None
+    """Distractor-count range of those tasks; None = the split's own (id 0–4, ood 2–6)."""
+
+    @model_validator(mode="after")
+    def _ranges_draw_tasks(self) -> EnvironmentConfig:
+        try:
+            self.generate(self.split, 1, self.seed)
+        except SpecError as exc:
+            raise ValueError(str(exc)) from exc
+        return self
+
+    def generate(self, split: Literal["id", "ood"], n: int, seed: int) -> list[HouseholdSpec]:
+        """`n` task specs of `split`, with this config's step slack and, for `self.split`, its
+        room and distractor ranges."""
+        if split != self.split:
+            return generate_specs(split, n, seed=seed, step_slack=self.step_slack)
+        return generate_specs(
+            split,
+            n,
+            seed=seed,
+            step_slack=self.step_slack,
+            goals=self.goals,
+            num_rooms=self.num_rooms,
+            num_distractors=self.num_distractors,
+        )
 
 
 class PolicyConfig(_Strict):

@@ -42,7 +42,8 @@ def resolve_source(source: str) -> str:
     """Turn a model source into something `from_pretrained` loads.
 
     - "embedded:smollm2-135m-instruct": the embedded default, converted on first use;
-    - "tiny:<seed>": a tiny random local model built on first use (tests);
+    - "tiny:<seed>": a tiny random local model built on first use (tests): 64 wide, 2 layers;
+      "tiny-<width>x<layers>:<seed>" sets the size, e.g. "tiny-128x4:0";
     - "tiny-policy:<seed>", "tiny-judge:<seed>", "tiny-envmodel:<seed>": tiny models warm-started
       on expert-made data (tests, configs/tiny.yaml);
     - a local directory in Hugging Face format (a checkpoint written by `save_checkpoint`);
@@ -59,9 +60,12 @@ def resolve_source(source: str) -> str:
             return str(ensure_tiny_model(int(seed or 0)))
         if kind in WARM_KINDS:
             return str(ensure_warm_tiny_model(kind, int(seed or 0)))
+        width, _, layers = kind.partition("x")
+        if width.isdigit() and layers.isdigit() and int(width) % 4 == 0 and int(layers) > 0:
+            return str(ensure_tiny_model(int(seed or 0), int(width), int(layers)))
         raise ModelNotFoundError(
-            f"unknown tiny model {source!r}; use 'tiny:<seed>' or 'tiny-<kind>:<seed>' with kind "
-            f"in {WARM_KINDS}."
+            f"unknown tiny model {source!r}; use 'tiny:<seed>', 'tiny-<width>x<layers>:<seed>' "
+            f"(width a multiple of 4) or 'tiny-<kind>:<seed>' with kind in {WARM_KINDS}."
         )
     if source.startswith(("/", ".", "~")) and not Path(source).expanduser().is_dir():
         raise ModelNotFoundError(
@@ -255,8 +259,13 @@ def _decode_batch(
     positions = (attention.cumsum(-1) - 1).clamp(min=0)  # (U, L)
     generators = [torch.Generator(device=device).manual_seed(s) for s in seeds]
 
+    # Logits of the last position only: all of them would take U × L × vocabulary floats.
     out = model(
-        input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True
+        input_ids=input_ids,
+        attention_mask=attention,
+        position_ids=positions,
+        use_cache=True,
+        logits_to_keep=1,
     )
     index = torch.tensor(row_of, device=device)
     out.past_key_values.reorder_cache(index)  # (U, …) → (B, …)

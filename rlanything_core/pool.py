@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import pandas as pd
 
-from rlanything_core.envs.household import generate_specs, parse_spec
+from rlanything_core.config import EnvironmentConfig
+from rlanything_core.envs.household import parse_spec
 from rlanything_core.rollout import TaskRef
 
 
-def initial_pool(num_tasks: int, split: str, seed: int, step_slack: int) -> pd.DataFrame:
-    """Round-0 pool rows (tasks schema) from the household generator."""
-    specs = generate_specs(split, num_tasks, seed=seed, step_slack=step_slack)  # type: ignore[arg-type]
+def initial_pool(env: EnvironmentConfig) -> pd.DataFrame:
+    """Round-0 pool rows (tasks schema): `env.num_tasks` tasks of `env.split` from the generator."""
+    num_tasks, split, seed = env.num_tasks, env.split, env.seed
+    specs = env.generate(split, num_tasks, seed)
     return pd.DataFrame(
         {
             "round": 0,

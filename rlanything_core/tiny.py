@@ -92,11 +92,12 @@ def build_tiny_model(
     return Path(path)
 
 
-def ensure_tiny_model(seed: int = 0) -> Path:
-    """The tiny model for `seed`, built once into the cache (tests and configs/tiny.yaml)."""
-    target = cache_root() / f"tiny-llama-seed{seed}"
+def ensure_tiny_model(seed: int = 0, hidden_size: int = 64, num_layers: int = 2) -> Path:
+    """The tiny model for `seed` and size, built once into the cache."""
+    size = "" if (hidden_size, num_layers) == (64, 2) else f"-{hidden_size}x{num_layers}"
+    target = cache_root() / f"tiny-llama{size}-seed{seed}"
     if not (target / "model.safetensors").is_file():
-        build_tiny_model(target, seed=seed)
+        build_tiny_model(target, seed=seed, hidden_size=hidden_size, num_layers=num_layers)
     return target
 
 

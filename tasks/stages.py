@@ -20,7 +20,7 @@ from rlanything_core.demos import (
     policy_demonstrations,
     rewrite_demonstrations,
 )
-from rlanything_core.envs.household import generate_specs, parse_spec
+from rlanything_core.envs.household import parse_spec
 from rlanything_core.judging import judge
 from rlanything_core.models import generate, load_model
 from rlanything_core.pool import next_pool, task_refs
@@ -199,15 +199,15 @@ def warm_start(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics
 
 def _warm_start_demos(config: RunConfig, role: str, ws: WarmStartConfig) -> list[Demo]:
     env = config.environment
-    specs = generate_specs(
-        env.split,
-        ws.episodes,
-        seed=derive_seed(config.seed, "warm-start", role) % 2**31,
-        step_slack=env.step_slack,
-    )
+    seed = derive_seed(config.seed, "warm-start", role) % 2**31
+    specs = env.generate(env.split, ws.episodes, seed)
     if role == "policy":
         return policy_demonstrations(
-            specs, noise=ws.noise, history_steps=env.history_steps, seed=config.seed
+            specs,
+            noise=ws.noise,
+            history_steps=env.history_steps,
+            seed=config.seed,
+            explain=ws.explain,
         )
     if role == "reward_model":
         return judge_demonstrations(

@@ -7,6 +7,7 @@ from collections import deque
 
 import pytest
 
+from rlanything_core.envs import household
 from rlanything_core.envs.household import (
     HouseholdEpisode,
     HouseholdSpec,
@@ -55,6 +56,20 @@ def test_splits_differ_in_goals_and_layouts() -> None:
     assert {s.goal_type for s in ood_specs} == {"cool_put", "find_two"}
     assert not {s.target for s in id_specs} & {s.target for s in ood_specs}
     assert max(s.num_rooms for s in id_specs) < min(s.num_rooms for s in ood_specs)
+
+
+def test_generator_ranges_are_checked_and_an_impossible_draw_fails_clearly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with pytest.raises(SpecError, match=r"num_distractors range \[3, 1\] is invalid"):
+        generate_specs("id", 1, seed=0, num_distractors=(3, 1))
+
+    def never(_: object) -> None:
+        raise SpecError("no layout")
+
+    monkeypatch.setattr(household, "parse_spec", never)  # no draw can succeed: stop, don't loop
+    with pytest.raises(SpecError, match=r"only 0 of 3 id tasks could be drawn with num_rooms"):
+        generate_specs("id", 3, seed=0, num_rooms=(1, 1))
 
 
 def _key(w: World) -> tuple:

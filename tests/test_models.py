@@ -162,3 +162,10 @@ def test_the_first_update_step_starts_at_ratio_one() -> None:
         model, make_optimizer(model, lr=1e-3), samples, pad_id=tok.pad_token_id, optimizer_steps=1
     )
     assert metrics["ratio_mean"] == 1.0 and metrics["kl"] == 0.0 and metrics["clip_fraction"] == 0.0
+
+
+def test_tiny_sources_name_their_size() -> None:
+    model, _ = load_model("tiny-32x1:0")
+    assert (model.config.hidden_size, model.config.num_hidden_layers) == (32, 1)
+    with pytest.raises(ModelNotFoundError, match=r"tiny-<width>x<layers>"):
+        resolve_source("tiny-30x1:0")

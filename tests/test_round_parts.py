@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from rlanything_core.config import ConfigError, RunConfig, load_config, parse_config
-from rlanything_core.envs.household import parse_spec
+import tasks.stages
+from rlanything_core.config import (
+    ConfigError,
+    EnvironmentConfig,
+    RunConfig,
+    load_config,
+    parse_config,
+)
+from rlanything_core.envs.household import build_world, parse_spec, plan
 from rlanything_core.feedback import EPS
 from rlanything_core.pool import initial_pool, next_pool
 from rlanything_core.rewriting import parse_rewrite
@@ -143,7 +151,7 @@ def test_parse_rewrite_counts_malformed_answers() -> None:
 
 
 def test_next_pool_replaces_accepted_parents_and_keeps_history() -> None:
-    pool = initial_pool(3, "id", seed=0, step_slack=4)
+    pool = initial_pool(EnvironmentConfig(num_tasks=3, split="id", seed=0, step_slack=4))
     ids = pool["task_id"].tolist()
     harder = {**parse_spec(pool["spec"][0]).model_dump(), "num_distractors": 7}
     candidates = pd.DataFrame(
@@ -180,7 +188,7 @@ def test_next_pool_replaces_accepted_parents_and_keeps_history() -> None:
 
 
 def test_config_files_load_and_errors_name_the_field(tmp_path: Path) -> None:
-    for name in ("tiny", "demo"):
+    for name in ("tiny", "demo", "ablation-household"):
         assert isinstance(load_config(ROOT / "configs" / f"{name}.yaml"), RunConfig)
     with pytest.raises(ConfigError, match=r"rollouts_per_task must be at least 2.*You provided 1"):
         parse_config({"rollouts_per_task": 1})
@@ -190,6 +198,8 @@ def test_config_files_load_and_errors_name_the_field(tmp_path: Path) -> None:
         parse_config({"adaptation": {"alpha_low": 0.9, "alpha_high": 0.5}})
     with pytest.raises(ConfigError, match=r"reward_model\.accuracy_band must satisfy"):
         parse_config({"reward_model": {"accuracy_band": [0.9, 0.1]}})
+    with pytest.raises(ConfigError, match=r"environment: .*num_rooms range \[2, 1\] is invalid"):
+        parse_config({"environment": {"num_rooms": [2, 1]}})
     bad = tmp_path / "bad.yaml"
     bad.write_text("mode: [unclosed")
     with pytest.raises(ConfigError, match="not valid YAML"):
@@ -204,3 +214,28 @@ def test_run_dir_refuses_a_different_config(tmp_path: Path) -> None:
     run.init(RunConfig())  # the same config: fine (a resume)
     with pytest.raises(ConfigError, match=r"different config.*rlanything resume"):
         run.init(RunConfig(seed=1))
+
+
+def test_environment_ranges_shape_the_configured_split_only() -> None:
+    env = EnvironmentConfig(goals=["put"], num_rooms=(1, 1), num_distractors=(0, 2))
+    specs = env.generate("id", 30, seed=3)
+    assert {s.goal_type for s in specs} == {"put"}
+    assert {s.num_rooms for s in specs} == {1}
+    assert max(s.num_distractors for s in specs) <= 2
+    assert all(s.max_steps == len(plan(build_world(s))) + env.step_slack for s in specs)
+    ood = env.generate("ood", 10, seed=3)  # the other split keeps its own definition
+    assert {s.goal_type for s in ood} <= {"cool_put", "find_two"}
+    assert min(s.num_rooms for s in ood) >= 3
+    # the initial pool and warm starts draw from the same ranges
+    pool = initial_pool(env.model_copy(update={"num_tasks": 5}))
+    assert {parse_spec(s).num_rooms for s in pool["spec"]} == {1}
+
+
+def test_warm_start_demos_box_alone_without_explain() -> None:
+    config = parse_config({"policy": {"warm_start": {"enabled": True, "explain": False}}})
+    ws = config.policy.warm_start
+    answers = {d.answer for d in tasks.stages._warm_start_demos(config, "policy", ws)}
+    assert answers and all(re.fullmatch(r"\\boxed\{\d+\}", a) for a in answers)
+    explained = ws.model_copy(update={"explain": True})
+    demos = tasks.stages._warm_start_demos(config, "policy", explained)
+    assert all(d.answer.startswith("I will ") for d in demos)

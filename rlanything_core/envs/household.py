@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -584,22 +585,43 @@ _OOD_TARGETS = ("coffeetable", "dresser", "sofa", "bed", "armchair", "garbagecan
 
 
 def generate_specs(
-    split: Literal["id", "ood"], n: int, seed: int, step_slack: int = 6
+    split: Literal["id", "ood"],
+    n: int,
+    seed: int,
+    step_slack: int = 6,
+    *,
+    goals: Sequence[GoalType] | None = None,
+    num_rooms: tuple[int, int] | None = None,
+    num_distractors: tuple[int, int] | None = None,
 ) -> list[HouseholdSpec]:
     """`n` valid task specs.
 
     "id" (in-domain): put / clean / heat goals, 1–2 rooms, 0–4 distractors, common targets.
     "ood" (out-of-domain): cool / find-two goals, 3–4 rooms, 2–6 distractors, targets never used
-    in-domain. max_steps is the expert's plan length plus `step_slack`.
+    in-domain. `goals`, `num_rooms` and `num_distractors` replace the split's goal types and
+    (inclusive) ranges.
+    max_steps is the expert's plan length plus `step_slack`.
     """
     rng = random.Random(f"household-{split}-{seed}")
-    goals, targets, rooms, distractors = (
+    goals_, targets, rooms, distractors = (
         (ID_GOALS, _ID_TARGETS, (1, 2), (0, 4))
         if split == "id"
         else (OOD_GOALS, _OOD_TARGETS, (3, 4), (2, 6))
     )
+    goals, rooms, distractors = goals or goals_, num_rooms or rooms, num_distractors or distractors
+    for name, (low, high), top in (
+        ("num_rooms", rooms, MAX_ROOMS),
+        ("num_distractors", distractors, MAX_DISTRACTORS),
+    ):
+        if not 0 <= low <= high <= top or (name == "num_rooms" and low < 1):
+            raise SpecError(
+                f"{name} range {[low, high]} is invalid; use [low, high] within "
+                f"[{1 if name == 'num_rooms' else 0}, {top}] with low <= high."
+            )
     specs: list[HouseholdSpec] = []
-    while len(specs) < n:
+    for _ in range(100 * n + 1000):
+        if len(specs) == n:
+            break
         goal = rng.choice(goals)
         process = _PROCESS.get(goal)
         objects = [o for o, a in OBJECT_AFFORDANCES.items() if process is None or process[0] in a]
@@ -618,4 +640,10 @@ def generate_specs(
             continue  # e.g. too few rooms for target + appliance: draw again
         optimal = len(plan(build_world(spec)))
         specs.append(spec.model_copy(update={"max_steps": optimal + step_slack}))
+    if len(specs) < n:
+        raise SpecError(
+            f"only {len(specs)} of {n} {split} tasks could be drawn with num_rooms {list(rooms)} "
+            f"and num_distractors {list(distractors)}; widen the ranges (goals that need an "
+            "appliance room besides the target's need more rooms)."
+        )
     return specs
