@@ -3,9 +3,10 @@
 Rows: Before (no training), Outcome-only (GRPO), Policy (integrated feedback, fixed RM and tasks),
 +Reward (the RM trained by consistency feedback), +Reward+Env (task adaptation). Each trained row
 is a full training run per seed, evaluated with `rlanything-eval` on the same held-out sets;
-"Before" evaluates the models the runs start from (after the warm start, when enabled).
-Outcome-only trains no reward model, so its RM columns stay empty.
-Resumable: a (row, seed) whose eval.json exists is not rerun.
+"Before" evaluates the models the runs start from. When the config enables warm starts, they run
+once (in `<out>/warm_start`, with the config's seed) and every row and seed starts from those
+checkpoints, so rows differ only in what they train. Outcome-only trains no reward model, so its
+RM columns stay empty. Resumable: a (row, seed) whose eval.json exists is not rerun.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from flows.tracking import plot_rows
 from flows.train import rlanything_train
 from rlanything_core.config import Mode, RunConfig
 from rlanything_core.rundir import RunDir, write_json
+from tasks.stages import warm_start
 
 ROWS: tuple[tuple[str, Mode | None], ...] = (
     ("Before", None),
@@ -52,18 +54,16 @@ def rlanything_ablate(config: RunConfig, seeds: int, out_dir: str) -> dict[str, 
     """Train and evaluate every row for seeds 0..seeds−1 (config.seed + k); write
     ablation.json, ablation.md and per-round plots to `out_dir`."""
     out = Path(out_dir).resolve()
+    config = _warm_started(config, RunDir(out / "warm_start"))
     results: dict[str, list[dict[str, float]]] = {}
     curves: dict[str, list[list[dict[str, float]]]] = {}
     for name, mode in ROWS:
         for k in range(seeds):
             seed = config.seed + k
             cell = out / SLUGS[name] / f"seed_{seed}"
-            # "Before" evaluates the starting models of the Policy run of the same seed: the
-            # warm-started policy and reward model every trained row starts from.
-            source_row = "Policy" if mode is None else name
-            run = RunDir(out / SLUGS[source_row] / f"seed_{seed}" / "run")
+            run = RunDir(cell / "run")
             row_config = config.model_copy(update={"mode": mode or "policy", "seed": seed})
-            if len(_rounds(run)) < config.rounds:
+            if mode is not None and len(_rounds(run)) < config.rounds:
                 rlanything_train(config=row_config, run_dir=str(run.root))
             if not (cell / "eval" / "eval.json").is_file():
                 after = 0 if mode is None else config.rounds
@@ -90,6 +90,28 @@ def rlanything_ablate(config: RunConfig, seeds: int, out_dir: str) -> dict[str, 
     (out / "ablation.md").write_text(_markdown(summary, seeds, config.rounds))
     plot_rows(curves, out)
     return summary
+
+
+def _warm_started(config: RunConfig, run: RunDir) -> RunConfig:
+    """Run the config's warm starts once in `run` (resumable) and return the config with the
+    warm-started checkpoints as model sources and warm starts off; unchanged without any."""
+    roles: dict[str, Any] = {
+        "policy": config.policy,
+        "reward_model": config.reward_model,
+        "env_model": config.env_model,
+    }
+    if not any(role.warm_start.enabled for role in roles.values()):
+        return config
+    every_model = config.model_copy(update={"mode": "env"})  # warm the RM even if a row skips it
+    run.init(every_model)
+    outputs = warm_start(every_model, str(run.root), -1)["outputs"]
+    update = {}
+    for name, role in roles.items():
+        off = role.warm_start.model_copy(update={"enabled": False})
+        source = outputs.get(f"{name}_checkpoint", role.model.source)
+        model = role.model.model_copy(update={"source": source})
+        update[name] = role.model_copy(update={"model": model, "warm_start": off})
+    return config.model_copy(update=update)
 
 
 def _rounds(run: RunDir) -> list[dict[str, float]]:

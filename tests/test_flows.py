@@ -280,6 +280,7 @@ def test_ablate_one_seed_one_round(tmp_path: Path) -> None:
     data["environment"] |= {"num_tasks": 2, "step_slack": 2}
     data["reward_model"]["votes"] = 2
     data["tracking"]["checkpoints"] = "reference"
+    data["policy"]["warm_start"] = {"enabled": True, "episodes": 1, "epochs": 1}
     config = RunConfig.model_validate(data)
     out = tmp_path / "ablation"
     summary = rlanything_ablate(config=config, seeds=1, out_dir=str(out))
@@ -295,9 +296,15 @@ def test_ablate_one_seed_one_round(tmp_path: Path) -> None:
         summary["Policy"]["eval/id/policy_accuracy"][0]
     )
     assert (out / "ablation_accuracy.png").is_file() and (out / "ablation_accepted.png").is_file()
-    # "Before" evaluated the Policy run's starting models; the trained rows their last checkpoints
-    policy_run = RunDir(out / "policy" / "seed_0" / "run")
-    assert policy_run.checkpoint("policy", 0).is_dir()
+    # The warm start ran once; every row starts from its checkpoint, and "Before" evaluates it
+    warm = str(RunDir(out / "warm_start").warm_start_checkpoint("policy"))
+    before = json.loads((out / "before" / "seed_0" / "eval" / "eval.json").read_text())
+    assert before["policy"] == warm
+    for slug in ("outcome-only", "policy", "reward", "reward-env"):
+        run = RunDir(out / slug / "seed_0" / "run")
+        started = load_config(run.config_path)
+        assert started.policy.model.source == warm and not started.policy.warm_start.enabled
+        assert run.checkpoint("policy", 0).is_dir()
     assert not (out / "before" / "seed_0" / "run").exists()
 
     # resumable: a second call trains and evaluates nothing again
