@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 
-.PHONY: setup run test lint format clean
+.PHONY: setup run test lint format clean bench ablation
 
 setup: $(STAMP)
 
@@ -27,6 +27,19 @@ run: setup
 
 test: setup lint
 	$(BIN)/python -m pytest -q
+
+# benchmarks/: JSON results in benchmarks/results (needs the `bench` extra: TRL, psutil).
+bench: setup
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	$(BIN)/python benchmarks/throughput.py --config configs/tiny.yaml --out benchmarks/results/throughput-tiny.json
+	$(BIN)/python benchmarks/throughput.py --config configs/demo.yaml --tasks 2 --repeats 1 --out benchmarks/results/throughput-demo.json
+	$(BIN)/python benchmarks/orchestration.py --config configs/tiny.yaml --out benchmarks/results/orchestration-tiny.json
+	$(BIN)/python benchmarks/orchestration.py --config configs/demo.yaml --rounds 1 --out benchmarks/results/orchestration-demo.json
+	$(BIN)/python benchmarks/trl_grpo.py --config configs/tiny.yaml --out benchmarks/results/trl-grpo.json
+
+# The paper's ablation at CPU scale (5 rows x 3 seeds); see README "Ablation".
+ablation: setup
+	$(BIN)/rlanything ablate --config configs/ablation-household.yaml --seeds 3 --out runs/ablation
 
 lint: setup
 	$(BIN)/ruff check .

@@ -1,0 +1,66 @@
+"""What the benchmarks share: an isolated working directory, the config, the JSON output."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlanything_core.config import RunConfig, load_config
+from rlanything_core.rundir import write_json
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@contextlib.contextmanager
+def isolated_workdir(prefix: str) -> Iterator[Path]:
+    """A fresh temporary directory as the working directory, with its own Prefect home and
+    MLflow SQLite store, so a benchmark never touches the user's runs."""
+    saved_cwd, saved_env = Path.cwd(), dict(os.environ)
+    with tempfile.TemporaryDirectory(prefix=f"rlanything-bench-{prefix}-") as tmp:
+        root = Path(tmp)
+        os.environ["PREFECT_HOME"] = str(root / "prefect")
+        os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+        os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+        os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{root / 'mlflow.db'}"
+        os.chdir(root)
+        try:
+            yield root
+        finally:
+            os.chdir(saved_cwd)
+            os.environ.clear()
+            os.environ.update(saved_env)
+
+
+def bench_config(path: str, **updates: Any) -> RunConfig:
+    """The config at `path` (relative to the repository), with top-level fields replaced."""
+    config = load_config(REPO / path if not Path(path).is_absolute() else path)
+    return config.model_copy(update=updates) if updates else config
+
+
+def machine() -> dict[str, Any]:
+    """Where the numbers were measured."""
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "torch": torch.__version__,
+    }
+
+
+def save(out: str | Path, result: dict[str, Any]) -> None:
+    """Write the result atomically as JSON (with the machine and the time) and print it."""
+    record = {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(), **result}
+    write_json(Path(out), record)
+    print(json.dumps(record, indent=2))
+    print(f"wrote {out}")

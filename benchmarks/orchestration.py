@@ -1,0 +1,164 @@
+"""Orchestration overhead (Prefect + Parquet + MLflow) as a share of round time, and the peak
+resident memory of the run.
+
+Runs `rlanything-train` for a few rounds in an isolated directory (own Prefect home, own MLflow
+SQLite store) and times, per round:
+- the round: the `rlanything-round` subflow plus the MLflow logging of its metrics and plots;
+- the model work: the stage bodies (their markers record it), less the Parquet reads and writes
+  made inside them;
+- Parquet: every `pyarrow.parquet` read and write; MLflow: the tracker's per-round calls.
+Overhead = round − model work, and is split into Prefect (the rest), Parquet and MLflow.
+Resident memory is the sum over the process tree (the Prefect ephemeral server included),
+sampled every 0.2 s; the main process's own peak is reported beside it.
+
+    python benchmarks/orchestration.py --config configs/tiny.yaml --out results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psutil
+import pyarrow.parquet as pq
+from common import bench_config, isolated_workdir, save
+
+import flows.train
+from flows.tracking import Tracker
+from rlanything_core.rundir import RunDir
+
+TIMES: defaultdict[str, list[float]] = defaultdict(list)
+
+
+def _timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            TIMES[name].append(time.perf_counter() - start)
+
+    return wrapper
+
+
+@contextmanager
+def instrumented() -> Iterator[None]:
+    """Time Parquet I/O, the round subflows and the tracker's per-round calls."""
+    patches = [
+        (pq, "write_table", "parquet"),
+        (pq, "read_table", "parquet"),
+        (flows.train, "rlanything_round", "round_flow"),
+        (Tracker, "log_round", "mlflow"),
+        (Tracker, "log_plots", "mlflow"),
+    ]
+    saved = [(owner, attr, getattr(owner, attr)) for owner, attr, _ in patches]
+    for owner, attr, name in patches:
+        setattr(owner, attr, _timed(name, getattr(owner, attr)))
+    try:
+        yield
+    finally:
+        for owner, attr, original in saved:
+            setattr(owner, attr, original)
+
+
+class PeakRss:
+    """Samples the resident memory of this process and its children in a thread."""
+
+    def __init__(self, interval: float = 0.2) -> None:
+        self.interval, self.peak_tree, self._stop = interval, 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        me = psutil.Process()
+        while not self._stop.is_set():
+            total = 0
+            for proc in [me, *me.children(recursive=True)]:
+                try:
+                    total += proc.memory_info().rss
+                except psutil.Error:
+                    continue  # the process ended between listing and reading
+            self.peak_tree = max(self.peak_tree, total)
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def measure(config_path: str, rounds: int) -> dict[str, Any]:
+    config = bench_config(config_path, rounds=rounds)
+    with isolated_workdir("orchestration") as root, PeakRss() as rss, instrumented():
+        # Each round's Parquet time, from the calls made between its start and its end.
+        marks: list[int] = []
+        original_round = flows.train.rlanything_round
+
+        def round_with_mark(**kwargs: Any) -> Any:
+            marks.append(len(TIMES["parquet"]))
+            return original_round(**kwargs)
+
+        flows.train.rlanything_round = round_with_mark
+        start = time.perf_counter()
+        try:
+            flows.train.rlanything_train(config=config, run_dir=str(root / "run"))
+        finally:
+            flows.train.rlanything_round = original_round
+        total_s = time.perf_counter() - start
+        summary = json.loads(RunDir(root / "run").summary_path.read_text())
+    per_round = []
+    mlflow = TIMES["mlflow"]
+    marks.append(len(TIMES["parquet"]))
+    for r, record in enumerate(summary["rounds"]):
+        stage_s = sum(v for k, v in record.items() if k.startswith("timing/"))
+        parquet_s = sum(TIMES["parquet"][marks[r] : marks[r + 1]])
+        mlflow_s = mlflow[2 * r] + mlflow[2 * r + 1]  # log_round, then log_plots
+        round_s = TIMES["round_flow"][r] + mlflow_s
+        model_s = stage_s - parquet_s  # stage bodies read and write their Parquet files
+        overhead = round_s - model_s
+        per_round.append(
+            {
+                "round": r,
+                "round_s": round(round_s, 3),
+                "model_work_s": round(model_s, 3),
+                "overhead_s": round(overhead, 3),
+                "overhead_pct": round(100 * overhead / round_s, 2),
+                "prefect_s": round(overhead - parquet_s - mlflow_s, 3),
+                "parquet_s": round(parquet_s, 3),
+                "mlflow_s": round(mlflow_s, 3),
+            }
+        )
+    rounds_s = sum(p["round_s"] for p in per_round)
+    overhead_s = sum(p["overhead_s"] for p in per_round)
+    return {
+        "config": config_path,
+        "rounds": rounds,
+        "total_s": round(total_s, 1),
+        "overhead_pct": round(100 * overhead_s / rounds_s, 2),
+        "per_round": per_round,
+        "peak_rss_tree_mb": round(rss.peak_tree / 2**20, 1),
+        # ru_maxrss is in KiB on Linux
+        "peak_rss_main_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default="configs/tiny.yaml")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    save(args.out, measure(args.config, args.rounds))
+
+
+if __name__ == "__main__":
+    main()

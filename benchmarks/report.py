@@ -1,0 +1,87 @@
+"""Print the README's benchmark table from the JSON files in benchmarks/results/.
+
+python benchmarks/report.py
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _load(name: str) -> dict[str, Any] | None:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def rows() -> list[tuple[str, str, str]]:
+    """(benchmark, result, file) rows for every result present."""
+    out = []
+    for config in ("tiny", "demo"):
+        tp = _load(f"throughput-{config}")
+        if tp:
+            for part, label, model in (
+                ("rollout", "rollout", tp["policy"]),
+                ("reward_scoring", "RM scoring", tp["reward_model"]),
+            ):
+                r = tp[part]
+                result = (
+                    f"{r['ours_tokens_per_s']:.0f} tok/s vs `generate` "
+                    f"{r['generate_tokens_per_s']:.0f} tok/s: overhead ratio "
+                    f"**{r['overhead_ratio']:.2f}**"
+                )
+                out.append(
+                    (f"{label} throughput, {config} ({model})", result, f"throughput-{config}.json")
+                )
+    for config in ("tiny", "demo"):
+        orch = _load(f"orchestration-{config}")
+        if orch:
+            parts = orch["per_round"]
+            prefect = sum(p["prefect_s"] for p in parts)
+            parquet = sum(p["parquet_s"] for p in parts)
+            mlflow = sum(p["mlflow_s"] for p in parts)
+            total = sum(p["round_s"] for p in parts)
+            out.append(
+                (
+                    f"orchestration overhead, {config} ({orch['rounds']} round(s))",
+                    f"**{orch['overhead_pct']:.1f}%** of {total:.1f} s of rounds: Prefect "
+                    f"{prefect:.1f} s, Parquet {parquet:.2f} s, MLflow {mlflow:.1f} s",
+                    f"orchestration-{config}.json",
+                )
+            )
+            out.append(
+                (
+                    f"peak resident memory, {config} run",
+                    f"{orch['peak_rss_tree_mb']:.0f} MB (process tree), "
+                    f"{orch['peak_rss_main_mb']:.0f} MB (main process)",
+                    f"orchestration-{config}.json",
+                )
+            )
+    trl = _load("trl-grpo")
+    if trl:
+        ours, theirs = trl["ours"], trl["trl"]
+        out.append(
+            (
+                f"training step vs TRL {theirs['trl_version']} GRPOTrainer (tiny)",
+                f"ours {ours['median_s']:.2f} s per round ({ours['completions_per_round'][-1]} "
+                f"completions) vs TRL {theirs['median_s']:.2f} s per step "
+                f"({theirs['completions_per_step']}): ratio **{trl['ratio_per_step']:.2f}** "
+                f"(per 1000 completions {trl['ratio_per_1000_completions']:.2f})",
+                "trl-grpo.json",
+            )
+        )
+    return out
+
+
+def main() -> None:
+    print("| benchmark | result | file |")
+    print("|---|---|---|")
+    for name, result, file in rows():
+        print(f"| {name} | {result} | `benchmarks/results/{file}` |")
+
+
+if __name__ == "__main__":
+    main()
