@@ -68,6 +68,16 @@ def instrumented() -> Iterator[None]:
             setattr(owner, attr, original)
 
 
+def mlflow_seconds(r: int) -> float:
+    """The tracker's calls after round `r`: log_round, then log_plots."""
+    return TIMES["mlflow"][2 * r] + TIMES["mlflow"][2 * r + 1]
+
+
+def round_seconds(r: int) -> float:
+    """Round `r`'s wall time: its `rlanything-round` subflow plus its MLflow logging."""
+    return TIMES["round_flow"][r] + mlflow_seconds(r)
+
+
 class PeakRss:
     """Samples the resident memory of this process and its children in a thread."""
 
@@ -116,13 +126,11 @@ def measure(config_path: str, rounds: int) -> dict[str, Any]:
         total_s = time.perf_counter() - start
         summary = json.loads(RunDir(root / "run").summary_path.read_text())
     per_round = []
-    mlflow = TIMES["mlflow"]
     marks.append(len(TIMES["parquet"]))
     for r, record in enumerate(summary["rounds"]):
         stage_s = sum(v for k, v in record.items() if k.startswith("timing/"))
         parquet_s = sum(TIMES["parquet"][marks[r] : marks[r + 1]])
-        mlflow_s = mlflow[2 * r] + mlflow[2 * r + 1]  # log_round, then log_plots
-        round_s = TIMES["round_flow"][r] + mlflow_s
+        mlflow_s, round_s = mlflow_seconds(r), round_seconds(r)
         model_s = stage_s - parquet_s  # stage bodies read and write their Parquet files
         overhead = round_s - model_s
         per_round.append(

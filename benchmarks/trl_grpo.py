@@ -29,7 +29,7 @@ from typing import Any
 
 import pandas as pd
 from common import bench_config, isolated_workdir, save
-from orchestration import TIMES, instrumented
+from orchestration import TIMES, instrumented, round_seconds
 
 import flows.train
 from rlanything_core.models import resolve_source
@@ -58,10 +58,7 @@ def ours(config_path: str, rounds: int) -> tuple[dict[str, Any], pd.DataFrame]:
         run = RunDir(root / "run")
         rollouts = [read_dataset(run.dataset(r, "rollouts"), "rollouts") for r in range(rounds)]
         summary = json.loads(run.summary_path.read_text())
-    per_round = [
-        TIMES["round_flow"][r] + TIMES["mlflow"][2 * r] + TIMES["mlflow"][2 * r + 1]
-        for r in range(rounds)
-    ]
+    per_round = [round_seconds(r) for r in range(rounds)]
     completions = [len(r) for r in rollouts]
     timed = per_round[1:]
     return {
