@@ -9,9 +9,17 @@ TORCH_SPEC ?= torch==2.13.0
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 
-.PHONY: setup run test lint format clean bench ablation
+.PHONY: setup sandbox-tools run test lint format clean bench ablation
 
-setup: $(STAMP)
+setup: $(STAMP) sandbox-tools
+
+# bubblewrap gives the code sandbox its strongest isolation (README "Sandbox"). Installed with apt
+# when we are root; without it the sandbox falls back to unshare or rlimits and says so.
+sandbox-tools:
+	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  { apt-get install -y -qq bubblewrap >/dev/null 2>&1 || \
+	    { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap >/dev/null 2>&1; }; }; } || \
+	  echo "bubblewrap is not installed: the code sandbox runs with less isolation (README, Sandbox)"
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

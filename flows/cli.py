@@ -2,11 +2,16 @@
 
 rlanything train --config FILE [--rounds N] [--run-dir DIR] [--seed S]
 rlanything resume --run-dir DIR
+rlanything eval --config FILE --policy CKPT [--reward-model CKPT] [--out DIR]
+rlanything ablate --config FILE --seeds N [--rounds R] --out DIR
+rlanything sandbox run PROGRAM.py [--stdin FILE] [--timeout S] [--isolation LEVEL]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import shutil
 import sys
@@ -131,6 +136,26 @@ def _ablate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sandbox_run(args: argparse.Namespace) -> int:
+    from rlanything_core import sandbox
+
+    program = Path(args.program)
+    if not program.is_file():
+        console.print(f"[red]error:[/red] {program} does not exist.")
+        return 2
+    stdin = Path(args.stdin).read_text() if args.stdin else ""
+    limits = sandbox.Limits(timeout_s=args.timeout, cpu_s=max(1, math.ceil(args.timeout)))
+    verdict = sandbox.run_python(
+        {program.name: program.read_text()},
+        program.name,
+        stdin=stdin,
+        limits=limits,
+        isolation=args.isolation,
+    )
+    print(json.dumps({**verdict.to_dict(), "process_limiter": sandbox.process_limiter()}, indent=2))
+    return 0
+
+
 def _run(config: Any, run_dir: str) -> int:
     _prefect_defaults()
     from flows.train import rlanything_train
@@ -165,15 +190,30 @@ def main(argv: list[str] | None = None) -> int:
     ab.add_argument("--rounds", type=int, help="override the config's number of rounds")
     ab.add_argument("--out", required=True, help="output directory (resumable)")
     ab.set_defaults(func=_ablate)
+    sb = sub.add_parser("sandbox", help="run untrusted code the way training runs it")
+    sb_sub = sb.add_subparsers(dest="sandbox_command", required=True)
+    sb_run = sb_sub.add_parser("run", help="run one program; print its JSON verdict")
+    sb_run.add_argument("program", help="a Python file")
+    sb_run.add_argument("--stdin", help="file whose text the program reads on standard input")
+    sb_run.add_argument(
+        "--timeout", type=float, default=10.0, help="wall-clock (and CPU) seconds (default 10)"
+    )
+    sb_run.add_argument(
+        "--isolation",
+        choices=("bwrap", "unshare", "rlimits"),
+        help="isolation level (default: the strongest this machine offers)",
+    )
+    sb_run.set_defaults(func=_sandbox_run)
     args = parser.parse_args(argv)
     from rlanything_core.config import ConfigError
     from rlanything_core.default_model import ModelNotFoundError
     from rlanything_core.envs.household import SpecError
+    from rlanything_core.sandbox import SandboxError
     from rlanything_core.schemas import SchemaError
 
     try:
         return int(args.func(args))
-    except (ConfigError, ModelNotFoundError, SchemaError, SpecError) as exc:
+    except (ConfigError, ModelNotFoundError, SandboxError, SchemaError, SpecError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2
 
