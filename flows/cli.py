@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from rlanything_core.config import ConfigError
     from rlanything_core.default_model import ModelNotFoundError
-    from rlanything_core.envs.household import SpecError
+    from rlanything_core.envs.common import SpecError
     from rlanything_core.sandbox import SandboxError
     from rlanything_core.schemas import SchemaError
 

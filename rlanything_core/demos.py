@@ -13,7 +13,8 @@ import json
 import random
 from dataclasses import dataclass
 
-from rlanything_core.envs.household import HouseholdEpisode, HouseholdSpec, SpecError, parse_spec
+from rlanything_core.envs.common import SpecError
+from rlanything_core.envs.household import HouseholdEpisode, HouseholdSpec, parse_spec
 from rlanything_core.prompts import Messages, judge_messages, policy_messages
 from rlanything_core.rewriting import rewrite_messages
 

@@ -150,6 +150,48 @@ def consistency_advantages(
     return np.where(std > ZERO_STD, (r - mean) / (std + eps), 0.0)
 
 
+def unit_test_rewards(
+    passes: npt.ArrayLike,
+    correct_programs: npt.ArrayLike,
+    valid_tests: npt.ArrayLike,
+    invalid_penalty: float,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]] | None:
+    """Rewards of the T tests the reward model wrote for one task (unit-test mode, METHOD.md §2).
+
+    With C the correct programs (they pass every ground-truth test) and W the others, test k is
+    correct when every program of C passes it, and
+
+        r_k = + |{w ∈ W : w fails k}|   if k is correct,
+        r_k = − |{w ∈ W : w passes k}|  otherwise,
+        r_k = ±1                         when W is empty (the sign as above),
+        r_k = invalid_penalty            when k could not be parsed (our choice: §2's penalty
+                                         for an unparsable verdict; the reference code makes such
+                                         a test fail every program).
+
+    Args:
+        passes: (P, T) bool, program p passes test k (ignored for invalid tests).
+        correct_programs: (P,) bool.
+        valid_tests: (T,) bool.
+    Returns:
+        (rewards (T,), correct (T,)), or None when C is empty: without a correct program no test
+        can be judged, and the reference code then uses none of the task's tests.
+    """
+    x = np.asarray(passes, dtype=bool)  # (P, T)
+    c = np.asarray(correct_programs, dtype=bool)  # (P,)
+    valid = np.asarray(valid_tests, dtype=bool)  # (T,)
+    if not c.any():
+        return None
+    correct = x[c].all(axis=0) & valid  # (T,)
+    wrong = x[~c]  # (|W|, T)
+    if len(wrong):
+        fails = (~wrong).sum(axis=0)  # (T,)
+        passed = wrong.sum(axis=0)  # (T,)
+        rewards = np.where(correct, fails, -passed).astype(np.float64)
+    else:
+        rewards = np.where(correct, 1.0, -1.0)
+    return np.where(valid, rewards, invalid_penalty), correct
+
+
 def task_accuracy(task_keys: npt.ArrayLike, outcomes: npt.ArrayLike) -> dict[object, float]:
     """acc(q) = (# rollouts of q with O = +1) / (# rollouts of q); pass one entry per rollout."""
     keys = np.asarray(task_keys)

@@ -14,6 +14,7 @@ import pandas as pd
 from transformers import PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
+from rlanything_core.envs.coding import judge_messages as coding_judge_messages
 from rlanything_core.models import generate
 from rlanything_core.parsing import parse_verdict
 from rlanything_core.prompts import Messages, judge_messages
@@ -23,8 +24,16 @@ from rlanything_core.seeding import derive_seed
 STEP_KEY = ["task_id", "task_version", "rollout_idx", "step_idx"]
 
 
-def judge_prompts(rollouts: pd.DataFrame, history_steps: int) -> list[Messages]:
-    """One judge prompt per rollout row (same order), with the rollout's recent history."""
+def judge_prompts(
+    rollouts: pd.DataFrame, history_steps: int, coding: bool = False
+) -> list[Messages]:
+    """One judge prompt per rollout row (same order), with the rollout's recent history; coding
+    rows get the coding judge prompt (problem, answer, program)."""
+    if coding:
+        return [
+            coding_judge_messages(row.goal, row.response, row.action)
+            for row in rollouts.itertuples()
+        ]
     previous: dict[tuple[object, ...], list[tuple[str, str]]] = {}
     ordered = rollouts.sort_values(STEP_KEY)
     by_row: dict[int, Messages] = {}
@@ -54,10 +63,11 @@ def judge(
     max_new_tokens: int,
     batch_size: int,
     history_steps: int,
+    coding: bool = False,
     on_batch: Callable[[int], None] | None = None,
 ) -> list[dict[str, object]]:
     """m votes per rollout step; one row per vote (the judgments schema)."""
-    prompts = judge_prompts(rollouts, history_steps)
+    prompts = judge_prompts(rollouts, history_steps, coding)
     jobs = []
     for (_, row), prompt in zip(rollouts.iterrows(), prompts, strict=True):
         for j in range(votes):

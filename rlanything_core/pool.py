@@ -12,7 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from rlanything_core.config import EnvironmentConfig
-from rlanything_core.envs.household import parse_spec
+from rlanything_core.envs.specs import env_name, parse_task_spec
 from rlanything_core.rollout import TaskRef
 
 
@@ -31,7 +31,7 @@ def initial_pool(env: EnvironmentConfig) -> pd.DataFrame:
             "created_round": 0,
             "acc_parent": None,
             "acc_candidate": None,
-            "env": "household",
+            "env": [env_name(s) for s in specs],
             "spec": [s.to_json() for s in specs],
         }
     )
@@ -40,7 +40,7 @@ def initial_pool(env: EnvironmentConfig) -> pd.DataFrame:
 def task_refs(pool: pd.DataFrame) -> list[TaskRef]:
     """The pool's tasks with validated specs (a pool file edited by hand is checked here too)."""
     return [
-        TaskRef(row.task_id, int(row.task_version), parse_spec(row.spec))
+        TaskRef(row.task_id, int(row.task_version), parse_task_spec(row.env, row.spec))
         for row in pool.itertuples()
     ]
 

@@ -6,20 +6,24 @@ For a task q whose accuracy left (α_low, α_high):
    rejected marked "high-risk" (reference code).
 2. rewrite: the environment model gets q's spec, the direction, the accuracy and the critique, and
    answers with JSON: either a whole new spec or only the fields to change (merged onto q's spec,
-   which small models manage far more often).
-3. validation: the proposal must parse, pass the environment's spec validation (solvable within
-   its step limit) and differ from q. Anything else is an *invalid candidate*: counted, with the
-   reason recorded, never an error.
+   which small models manage far more often). A coding task is rewritten as its problem statement
+   together with its tests.
+3. validation: the proposal must parse, pass the environment's spec validation (household:
+   solvable within its step limit; coding: tests of the task's style) and differ from q.
+   Anything else is an *invalid candidate*: counted, with the reason recorded, never an error.
+   Whether a rewritten coding task is solvable is left to the acceptance check: it is accepted
+   only if some policy program passes all its tests.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from typing import Literal
 
 import pandas as pd
 
+from rlanything_core.envs.coding import CodingSpec
+from rlanything_core.envs.common import SpecError
 from rlanything_core.envs.household import (
     GOAL_TYPES,
     MAX_DISTRACTORS,
@@ -27,10 +31,8 @@ from rlanything_core.envs.household import (
     MAX_STEPS,
     OBJECT_AFFORDANCES,
     RECEPTACLE_KINDS,
-    HouseholdSpec,
-    SpecError,
-    parse_spec,
 )
+from rlanything_core.envs.specs import TaskSpec, env_name, parse_task_spec
 from rlanything_core.prompts import Messages
 
 CritiqueSource = Literal["reward_model", "failed_rollouts"]
@@ -41,6 +43,11 @@ ENV_SYSTEM = (
     "object, target, num_rooms, num_distractors, max_steps and layout_seed."
 )
 
+CODING_ENV_SYSTEM = (
+    "You design programming tasks. A task is a JSON object with the fields problem (the "
+    "statement) and tests (a list of test objects)."
+)
+
 _FIELDS = (
     f"goal_type: one of {list(GOAL_TYPES)}; object: one of {sorted(OBJECT_AFFORDANCES)}; "
     f"target: one of {list(RECEPTACLE_KINDS)}; num_rooms: 1-{MAX_ROOMS}; num_distractors: "
@@ -49,8 +56,12 @@ _FIELDS = (
 )
 
 
+def _system(spec: TaskSpec) -> str:
+    return CODING_ENV_SYSTEM if isinstance(spec, CodingSpec) else ENV_SYSTEM
+
+
 def critique_messages(
-    spec: HouseholdSpec,
+    spec: TaskSpec,
     accuracy: float,
     judgments: pd.DataFrame,
     rollouts: pd.DataFrame,
@@ -63,7 +74,8 @@ def critique_messages(
         judgments: the RM votes on this task's steps this round.
         rollouts: this task's rollout rows this round.
     """
-    lines = [f"Task: {spec.goal_text}. The agent succeeded in {accuracy:.0%} of its attempts."]
+    task = spec.goal_text[: _SNIPPET * 2]
+    lines = [f"Task: {task}. The agent succeeded in {accuracy:.0%} of its attempts."]
     if source == "reward_model":
         # Rejections first: they say most about what is hard.
         ranked = judgments.assign(_neg=judgments["verdict"].fillna(0) >= 0).sort_values(
@@ -85,48 +97,78 @@ def critique_messages(
             lines.append(f"- step {row.step_idx}: {row.action or '(invalid)'}{risk}")
     lines.append("Summarize in two sentences what makes this task hard or easy for the agent.")
     return [
-        {"role": "system", "content": ENV_SYSTEM},
+        {"role": "system", "content": _system(spec)},
         {"role": "user", "content": "\n".join(lines)},
     ]
 
 
-def rewrite_messages(
-    spec: HouseholdSpec, direction: str, accuracy: float, critique: str
-) -> Messages:
+def _coding_fields(spec: CodingSpec) -> str:
+    if spec.style == "stdio":
+        test = '{"stdin": "1 2\\n", "expected": "3\\n"}'
+        kind = "a program that reads standard input and prints the answer"
+    else:
+        test = '{"args": [1, 2], "expected": 3}'
+        kind = f"a function {spec.entry_point}"
+    return (
+        f"problem: the statement (it asks for {kind}); tests: a list of objects like {test}. "
+        "A harder task asks for more or covers more cases; an easier one asks for less."
+    )
+
+
+def rewrite_messages(spec: TaskSpec, direction: str, accuracy: float, critique: str) -> Messages:
     """The environment model's prompt to propose a harder or easier version of a task."""
+    if isinstance(spec, CodingSpec):
+        current = json.dumps({"problem": spec.problem, "tests": spec.model_dump()["tests"]})
+        fields, example = _coding_fields(spec), '{"problem": "...", "tests": [...]}'
+    else:
+        current, fields, example = spec.to_json(), _FIELDS, '{"num_distractors": 3}'
     user = "\n".join(
         [
-            f"Current task: {spec.to_json()}",
+            f"Current task: {current}",
             f"The agent solves it {accuracy:.0%} of the time. Make it {direction}.",
             f"Critique: {critique.strip()[:600]}",
-            f"Fields: {_FIELDS}",
+            f"Fields: {fields}",
             "Answer with a JSON object: the whole new task, or only the fields to change, "
-            'for example {"num_distractors": 3}.',
+            f"for example {example}.",
         ]
     )
-    return [{"role": "system", "content": ENV_SYSTEM}, {"role": "user", "content": user}]
+    return [{"role": "system", "content": _system(spec)}, {"role": "user", "content": user}]
 
 
-_JSON_OBJECT = re.compile(r"\{[^{}]*\}")
+def last_json_object(text: str) -> tuple[dict[str, object] | None, str | None]:
+    """The last top-level JSON object in `text` (nested objects allowed), or None and why."""
+    decoder = json.JSONDecoder()
+    found: dict[str, object] | None = None
+    error: str | None = None
+    pos = text.find("{")
+    while pos != -1:
+        try:
+            value, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            error = f"malformed JSON: {exc.msg}"
+            pos = text.find("{", pos + 1)
+            continue
+        if isinstance(value, dict):
+            found, error = value, None
+        pos = text.find("{", end)
+    if found is None:
+        return None, error or "no JSON object in the answer"
+    return found, None
 
 
-def parse_rewrite(text: str, parent: HouseholdSpec) -> tuple[HouseholdSpec | None, str | None]:
+def parse_rewrite(text: str, parent: TaskSpec) -> tuple[TaskSpec | None, str | None]:
     """The proposed spec, or None and the reason the proposal is invalid.
 
-    The last flat JSON object in `text` counts; its fields are merged onto the parent's spec.
+    The last JSON object in `text` counts; its fields are merged onto the parent's spec.
     """
-    found = _JSON_OBJECT.findall(text)
-    if not found:
-        return None, "no JSON object in the answer"
-    try:
-        fields = json.loads(found[-1])
-    except json.JSONDecodeError as exc:
-        return None, f"malformed JSON: {exc.msg}"
-    if not isinstance(fields, dict) or not fields:
+    fields, error = last_json_object(text)
+    if fields is None:
+        return None, error
+    if not fields:
         return None, "the JSON object is empty"
     merged = {**parent.model_dump(), **fields}
     try:
-        spec = parse_spec(merged)
+        spec = parse_task_spec(env_name(parent), merged)
     except SpecError as exc:
         return None, str(exc)
     if spec == parent:

@@ -8,12 +8,16 @@ rollout_idx, step_idx); it is stored in the row so any step can be replayed.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from transformers import PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
+from rlanything_core.envs.coding import CodeRunner, CodingEpisode, CodingSpec
+from rlanything_core.envs.common import Episode, Move
 from rlanything_core.envs.household import HouseholdEpisode, HouseholdSpec
+from rlanything_core.envs.specs import TaskSpec
 from rlanything_core.models import generate
 from rlanything_core.parsing import parse_action_index
 from rlanything_core.prompts import policy_messages
@@ -28,7 +32,7 @@ class TaskRef:
 
     task_id: str
     task_version: int
-    spec: HouseholdSpec
+    spec: TaskSpec
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,43 @@ class Sampling:
     max_new_tokens: int
     batch_size: int
     history_steps: int
+
+
+class HouseholdAgentEpisode:
+    """A household episode as the policy plays it: numbered admissible actions in the prompt,
+    the last `history_steps` (action, observation) pairs shown, the action number in \\boxed{}."""
+
+    def __init__(self, spec: HouseholdSpec, history_steps: int) -> None:
+        self.episode = HouseholdEpisode(spec)
+        self.history_steps = history_steps
+        self.history: list[tuple[str, str]] = []
+        self.goal_text = spec.goal_text
+        self.observation = self.episode.observation
+        self.steps_taken = 0
+        self.done = False
+        self.success = False
+
+    def messages(self) -> list[dict[str, str]]:
+        recent = self.history[-self.history_steps :] if self.history_steps else []
+        return policy_messages(self.goal_text, recent, self.observation, self.episode.actions)
+
+    def act(self, answer: str) -> Move:
+        actions = self.episode.actions
+        index = parse_action_index(answer, len(actions))
+        result = self.episode.step(index)
+        action = actions[index] if index is not None else None
+        self.history.append((action or INVALID_ACTION, result.observation))
+        self.observation = result.observation
+        self.steps_taken, self.done = self.episode.steps_taken, self.episode.done
+        self.success = self.episode.success
+        return Move(action, result.valid, result.observation, result.progress, result.done)
+
+
+def make_episode(spec: TaskSpec, history_steps: int, runner: CodeRunner) -> Episode:
+    """A fresh episode of any environment's task."""
+    if isinstance(spec, CodingSpec):
+        return CodingEpisode(spec, runner)
+    return HouseholdAgentEpisode(spec, history_steps)
 
 
 def play(
@@ -52,82 +93,84 @@ def play(
     checkpoint: str,
     sampling: Sampling,
     purpose: str = "rollout",
+    runner: CodeRunner | None = None,
     on_episodes: Callable[[int], None] | None = None,
 ) -> list[dict[str, object]]:
     """Play every task `rollouts_per_task` times; return one row per step (the rollouts schema).
 
     `purpose` separates the seed streams of the round's rollouts and of acceptance checks.
+    `runner` runs coding tasks' tests (default: the strongest sandbox, 1 GiB per program).
     `on_episodes(n)` is called after each lockstep step with the number of episodes that ended.
     """
+    runner = runner or CodeRunner()
     episodes = [
-        (task, g, HouseholdEpisode(task.spec)) for task in tasks for g in range(rollouts_per_task)
+        (task, g, make_episode(task.spec, sampling.history_steps, runner))
+        for task in tasks
+        for g in range(rollouts_per_task)
     ]
-    history: list[list[tuple[str, str]]] = [[] for _ in episodes]
     rows: list[list[dict[str, object]]] = [[] for _ in episodes]
-    while True:
-        active = [i for i, (_, _, ep) in enumerate(episodes) if not ep.done]
-        if not active:
-            break
-        prompts, seeds, shown = [], [], []
-        for i in active:
-            task, g, ep = episodes[i]
-            actions = ep.actions
-            recent = history[i][-sampling.history_steps :] if sampling.history_steps else []
-            prompts.append(policy_messages(ep.goal_text, recent, ep.observation, actions))
-            seeds.append(
+    with ThreadPoolExecutor(max_workers=runner.workers) as pool:
+        while True:
+            active = [i for i, (_, _, ep) in enumerate(episodes) if not ep.done]
+            if not active:
+                break
+            shown = [(episodes[i][2].observation, episodes[i][2].steps_taken) for i in active]
+            seeds = [
                 derive_seed(
                     base_seed,
                     purpose,
                     round_idx,
-                    task.task_id,
-                    task.task_version,
-                    g,
-                    ep.steps_taken,
+                    episodes[i][0].task_id,
+                    episodes[i][0].task_version,
+                    episodes[i][1],
+                    episodes[i][2].steps_taken,
                 )
+                for i in active
+            ]
+            outs = generate(
+                model,
+                tokenizer,
+                [episodes[i][2].messages() for i in active],
+                seeds,
+                max_new_tokens=sampling.max_new_tokens,
+                temperature=sampling.temperature,
+                batch_size=sampling.batch_size,
             )
-            shown.append((ep.observation, actions))
-        outs = generate(
-            model,
-            tokenizer,
-            prompts,
-            seeds,
-            max_new_tokens=sampling.max_new_tokens,
-            temperature=sampling.temperature,
-            batch_size=sampling.batch_size,
-        )
-        for i, seed, out, (observation, actions) in zip(active, seeds, outs, shown, strict=True):
-            task, g, ep = episodes[i]
-            index = parse_action_index(out.text, len(actions))
-            step_idx = ep.steps_taken
-            result = ep.step(index)
-            action = actions[index] if index is not None else None
-            history[i].append((action or INVALID_ACTION, result.observation))
-            rows[i].append(
-                {
-                    "round": round_idx,
-                    "task_id": task.task_id,
-                    "task_version": task.task_version,
-                    "rollout_idx": g,
-                    "step_idx": step_idx,
-                    "seed": seed,
-                    "checkpoint": checkpoint,
-                    "goal": ep.goal_text,
-                    "observation": observation,
-                    "prompt": tokenizer.decode(out.prompt_token_ids),
-                    "response": out.text,
-                    "action": action,
-                    "action_valid": result.valid,
-                    "next_observation": result.observation,
-                    "progress": result.progress,
-                    "done": result.done,
-                    "prompt_token_ids": out.prompt_token_ids,
-                    "response_token_ids": out.token_ids,
-                    "sampler_logprobs": out.logprobs,
-                    "finish_reason": out.finish_reason,
-                }
+            # Household moves are instant; coding moves run tests in the sandbox, in parallel.
+            moves = list(
+                pool.map(lambda i, o: episodes[i][2].act(o.text), active, outs)  # type: ignore[misc]
             )
-        if on_episodes is not None:
-            on_episodes(sum(episodes[i][2].done for i in active))
+            for i, seed, out, (observation, step_idx), move in zip(
+                active, seeds, outs, shown, moves, strict=True
+            ):
+                task, g, ep = episodes[i]
+                rows[i].append(
+                    {
+                        "round": round_idx,
+                        "task_id": task.task_id,
+                        "task_version": task.task_version,
+                        "rollout_idx": g,
+                        "step_idx": step_idx,
+                        "seed": seed,
+                        "checkpoint": checkpoint,
+                        "goal": ep.goal_text,
+                        "observation": observation,
+                        "prompt": tokenizer.decode(out.prompt_token_ids),
+                        "response": out.text,
+                        "action": move.action,
+                        "action_valid": move.valid,
+                        "next_observation": move.observation,
+                        "progress": move.progress,
+                        "done": move.done,
+                        "pass_fraction": move.pass_fraction,
+                        "prompt_token_ids": out.prompt_token_ids,
+                        "response_token_ids": out.token_ids,
+                        "sampler_logprobs": out.logprobs,
+                        "finish_reason": out.finish_reason,
+                    }
+                )
+            if on_episodes is not None:
+                on_episodes(sum(episodes[i][2].done for i in active))
     flat: list[dict[str, object]] = []
     for (_, _, ep), steps in zip(episodes, rows, strict=True):
         for row in steps:

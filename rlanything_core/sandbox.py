@@ -3,7 +3,7 @@ machine. The reference implementation runs model-written code with no sandbox at
 
 Every run gets, at every isolation level:
 1. a process of its own session (process group), killed as a whole at the wall-clock timeout;
-2. resource limits (setrlimit): CPU seconds, address space, file size, and processes (counted
+2. resource limits (prlimit): CPU seconds, address space, file size, and processes (counted
    for the real user, so the limit is what that user already runs plus `Limits.processes`);
 3. a fresh temporary working directory, deleted afterwards; the program's files are read from a
    separate directory, so a program that deletes its working directory deletes nothing of ours;
@@ -37,7 +37,6 @@ import functools
 import itertools
 import json
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -45,7 +44,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
@@ -186,20 +185,29 @@ def _user_processes(uid: int) -> int:
     return count
 
 
-def _preexec(limits: Limits, nproc: int, cgroup: Path | None) -> Callable[[], None]:
-    def apply() -> None:
-        if cgroup is not None:
-            (cgroup / "cgroup.procs").write_text("0")
-        cpu = max(1, int(limits.cpu_s))
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-        mem = limits.memory_mb * _MB
-        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-        size = limits.file_size_mb * _MB
-        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
-        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+def _limited(argv: list[str], limits: Limits, nproc: int, cgroup: Path | None) -> list[str]:
+    """`argv` started by a shell that joins `cgroup` (if any) and by prlimit with the limits.
 
-    return apply
+    No preexec_fn: it is unsafe in a threaded parent (coding runs many sandboxes from threads).
+    """
+    cpu = max(1, int(limits.cpu_s))
+    mem, size = limits.memory_mb * _MB, limits.file_size_mb * _MB
+    join = 'if [ -n "$1" ]; then echo 0 > "$1" || exit 125; fi; shift; exec "$@"'
+    return [
+        "/bin/sh",
+        "-c",
+        join,
+        "sh",
+        str(cgroup / "cgroup.procs") if cgroup is not None else "",
+        "prlimit",
+        f"--cpu={cpu}:{cpu + 1}",
+        f"--as={mem}:{mem}",
+        f"--fsize={size}:{size}",
+        f"--nproc={nproc}:{nproc}",
+        "--core=0:0",
+        "--",
+        *argv,
+    ]
 
 
 def _read_capped(path: Path, cap: int) -> tuple[str, bool]:
@@ -313,6 +321,7 @@ def run_python(
         inside = Path(SRC_DIR) if level == "bwrap" else src
         prefix = {"bwrap": _bwrap_args(src, limits), "unshare": _unshare_args(), "rlimits": []}
         read_end, write_end = os.pipe()
+        open_fds = {read_end, write_end}
         argv = [*prefix[level], python_executable(), "-I", str(inside / LAUNCHER)]
         argv += [str(write_end), str(inside / main)]
         home = WORK_DIR if level == "bwrap" else str(work)
@@ -327,29 +336,31 @@ def run_python(
                 (out / "stderr").open("wb") as ferr,
             ):
                 proc = subprocess.Popen(
-                    argv,
+                    _limited(argv, limits, nproc, cgroup),
                     stdin=fin,
                     stdout=fout,
                     stderr=ferr,
                     cwd=str(work),
                     env=env,
                     start_new_session=True,
-                    preexec_fn=_preexec(limits, nproc, cgroup),
                     pass_fds=(write_end,),
                 )
                 os.close(write_end)
+                open_fds.discard(write_end)
                 status, outer_cpu_s, timed_out = _wait(proc, limits.timeout_s)
+            open_fds.discard(read_end)
             with os.fdopen(read_end, "rb") as pipe:
                 raw = pipe.read(4096)
         finally:
             if cgroup is not None:
                 _remove_cgroup(cgroup)
-            for fd in (read_end, write_end):
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+            for fd in open_fds:  # only those not closed above: fd numbers are reused at once
+                os.close(fd)
         wall_s = time.monotonic() - start
         stdout, out_cut = _read_capped(out / "stdout", limits.output_bytes)
         stderr, err_cut = _read_capped(out / "stderr", limits.output_bytes)
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 125 and not raw:
+        raise SandboxError(f"could not start the sandbox (cgroup or prlimit failed): {stderr}")
     report = _parse_report(raw)
     code, sig = _decode(int(report["status"]) if "status" in report else status)  # type: ignore[call-overload]
     cpu_s = float(report.get("cpu_s", outer_cpu_s))  # type: ignore[arg-type]

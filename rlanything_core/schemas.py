@@ -81,6 +81,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             _f("next_observation", pa.string()),
             _f("progress", pa.bool_()),  # ground truth from the expert planner
             _f("done", pa.bool_()),
+            _f("pass_fraction", pa.float64(), nullable=True),  # coding: tests passed; else null
             _f("outcome", pa.int8()),  # +1 success / −1 failure of the whole episode
             _f("num_steps", pa.int32()),  # length of the episode this step belongs to
             _f("finish_reason", pa.string()),  # "stop" (EOS) | "length" (max_new_tokens)
@@ -100,6 +101,45 @@ SCHEMAS: dict[str, pa.Schema] = {
             _f("finish_reason", pa.string()),
             _f("prompt_token_ids", _TOKENS),
             _f("response_token_ids", _TOKENS),
+        ]
+    ),
+    # Coding, reward model in unit-test mode: one row per test it wrote for a task.
+    "unit_tests": pa.schema(
+        [
+            _f("round", pa.int32()),
+            _f("task_id", pa.string()),
+            _f("task_version", pa.int32()),
+            _f("test_idx", pa.int32()),
+            _f("seed", pa.int64()),
+            _f("checkpoint", pa.string()),
+            _f("prompt", pa.string()),
+            _f("response", pa.string()),  # the reward model's whole answer
+            _f("test", pa.string(), nullable=True),  # the parsed test (JSON); null if invalid
+            _f("valid", pa.bool_()),
+            _f("error", pa.string(), nullable=True),  # why the test is invalid
+            _f("finish_reason", pa.string()),
+            _f("prompt_token_ids", _TOKENS),
+            _f("response_token_ids", _TOKENS),
+        ]
+    ),
+    # Coding, unit-test mode: the reward model's training signal, one row per generated test.
+    "test_samples": pa.schema(
+        [
+            _f("round", pa.int32()),
+            _f("task_id", pa.string()),
+            _f("task_version", pa.int32()),
+            _f("test_idx", pa.int32()),
+            _f("seed", pa.int64()),
+            _f("checkpoint", pa.string()),
+            _f("valid", pa.bool_()),
+            _f("correct", pa.bool_(), nullable=True),  # every correct program passes it; null if
+            # the test is invalid or no program of the task is correct
+            _f("incorrect_failed", pa.int32()),  # incorrect programs it fails
+            _f("incorrect_passed", pa.int32()),  # incorrect programs that pass it
+            _f("reward", pa.float64()),
+            _f("advantage", pa.float64()),
+            _f("task_accuracy", pa.float64()),
+            _f("kept", pa.bool_()),
         ]
     ),
     # One row per step: the policy's training signal. Filtered rows: kept=False, advantage 0.

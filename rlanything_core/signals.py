@@ -18,7 +18,9 @@ from rlanything_core.feedback import (
     integrated_reward,
     step_advantages,
     task_level_advantages,
+    unit_test_rewards,
 )
+from rlanything_core.schemas import SCHEMAS
 
 STEP_KEY = ["task_id", "task_version", "rollout_idx", "step_idx"]
 _PROVENANCE = ["round", *STEP_KEY, "seed", "checkpoint"]
@@ -165,3 +167,92 @@ def outcome_accuracy(rollouts: pd.DataFrame, judgments: pd.DataFrame, votes: int
     )
     predicted = np.where(per["score"] > 0, 1, -1)
     return float((predicted == per["outcome"].to_numpy()).mean())
+
+
+def test_samples(
+    rollouts: pd.DataFrame,
+    unit_tests: pd.DataFrame,
+    judgments: pd.DataFrame,
+    *,
+    invalid_penalty: float,
+    eps: float,
+    band: tuple[float, float],
+) -> tuple[pd.DataFrame, dict[str, float]]:
+    """Rewards and advantages of the tests the RM wrote (unit-test mode; the test_samples schema).
+
+    Per task: the execution matrix of its programs (one per rollout) on its generated tests, the
+    rewards of `unit_test_rewards`, standardized over the task's tests. Tests of tasks without a
+    correct program, or outside the accuracy `band`, stay with kept=False and advantage 0.
+
+    Metrics (paper Table 1, coding; the reference code's definitions):
+    - ut_accuracy: generated tests that every correct program passes, over all generated tests
+      of tasks with at least one correct program (invalid tests count as wrong);
+    - detect: generated tests that every correct program passes AND every incorrect program
+      fails, over the generated tests of tasks with both kinds of program.
+    """
+    acc = task_accuracies(rollouts)
+    rows: list[dict[str, object]] = []
+    judged = correct_total = perfect = detect_total = 0
+    for (task_id, version), tests in unit_tests.groupby(["task_id", "task_version"], sort=True):
+        tests = tests.sort_values("test_idx")
+        programs = rollouts[
+            (rollouts.task_id == task_id) & (rollouts.task_version == version)
+        ].sort_values("rollout_idx")
+        votes = judgments[(judgments.task_id == task_id) & (judgments.task_version == version)]
+        passes = (
+            votes.pivot_table(index="rollout_idx", columns="vote_idx", values="verdict")
+            .reindex(index=programs["rollout_idx"], columns=tests["test_idx"])
+            .to_numpy(dtype=np.float64)
+            > 0
+        )  # (P, T); NaN (invalid test) → False
+        good = programs["outcome"].to_numpy() > 0  # (P,)
+        valid = tests["valid"].to_numpy(dtype=bool)  # (T,)
+        result = unit_test_rewards(passes, good, valid, invalid_penalty)
+        task_acc = float(acc[(task_id, version)])
+        if result is None:
+            rewards = np.zeros(len(tests))
+            correct: list[bool | None] = [None] * len(tests)
+            advantages = np.zeros(len(tests))
+            kept = np.zeros(len(tests), dtype=bool)
+        else:
+            rewards, is_correct = result
+            correct = [bool(v) if ok else None for v, ok in zip(is_correct, valid, strict=True)]
+            advantages = consistency_advantages(rewards[None, :], eps=eps)[0]  # (T,)
+            kept = in_accuracy_band(np.full(len(tests), task_acc), *band) & (advantages != 0.0)
+            judged += len(tests)
+            correct_total += int(is_correct.sum())
+            if (~good).any():
+                wrong_fail = ~passes[~good].any(axis=0)  # (T,) fails every incorrect program
+                perfect += int((is_correct & wrong_fail).sum())
+                detect_total += len(tests)
+        wrong = passes[~good]  # (|W|, T)
+        for k, t in enumerate(tests.itertuples()):
+            rows.append(
+                {
+                    "round": int(t.round),
+                    "task_id": task_id,
+                    "task_version": int(version),
+                    "test_idx": int(t.test_idx),
+                    "seed": int(t.seed),
+                    "checkpoint": t.checkpoint,
+                    "valid": bool(t.valid),
+                    "correct": correct[k],
+                    "incorrect_failed": int((~wrong[:, k]).sum()) if t.valid else 0,
+                    "incorrect_passed": int(wrong[:, k].sum()) if t.valid else 0,
+                    "reward": float(rewards[k]),
+                    "advantage": float(advantages[k]) if kept[k] else 0.0,
+                    "task_accuracy": task_acc,
+                    "kept": bool(kept[k]),
+                }
+            )
+    frame = pd.DataFrame(rows, columns=SCHEMAS["test_samples"].names)
+    valid_all = unit_tests["valid"].to_numpy(dtype=bool)
+    metrics = {
+        "reward_model/ut_accuracy": correct_total / judged if judged else 0.0,
+        "reward_model/detect": perfect / detect_total if detect_total else 0.0,
+        "reward_model/invalid_tests": float((~valid_all).sum()),
+        "reward_model/parse_failure_rate": float((~valid_all).mean()) if len(valid_all) else 0.0,
+        "reward_model/judged_tests": float(judged),
+        "reward_model/kept_samples": float(frame["kept"].sum()),
+    }
+    return frame, metrics

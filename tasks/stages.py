@@ -13,6 +13,11 @@ from typing import Any
 import pandas as pd
 
 from rlanything_core.adaptation import accept_candidate, adaptation_direction
+from rlanything_core.coding_demos import (
+    coding_judge_demonstrations,
+    coding_policy_demonstrations,
+    unit_test_demonstrations,
+)
 from rlanything_core.config import ModelConfig, RunConfig, UpdateConfig, WarmStartConfig
 from rlanything_core.demos import (
     Demo,
@@ -20,7 +25,9 @@ from rlanything_core.demos import (
     policy_demonstrations,
     rewrite_demonstrations,
 )
-from rlanything_core.envs.household import parse_spec
+from rlanything_core.envs.coding import CodingSpec
+from rlanything_core.envs.coding_problems import reference_pairs
+from rlanything_core.envs.specs import parse_task_spec
 from rlanything_core.judging import judge
 from rlanything_core.models import generate, load_model
 from rlanything_core.pool import next_pool, task_refs
@@ -30,8 +37,15 @@ from rlanything_core.rollout import Sampling, TaskRef, play
 from rlanything_core.rundir import RunDir
 from rlanything_core.schemas import read_dataset, rows_frame, write_dataset
 from rlanything_core.seeding import derive_seed
-from rlanything_core.signals import STEP_KEY, policy_samples, rm_samples, task_accuracies
+from rlanything_core.signals import (
+    STEP_KEY,
+    policy_samples,
+    rm_samples,
+    task_accuracies,
+    test_samples,
+)
 from rlanything_core.training import rl_update, select_samples, sft_finetune
+from rlanything_core.unit_tests import run_generated_tests, write_tests
 from tasks.common import progress, stage_task
 
 Outputs = dict[str, str]
@@ -72,6 +86,7 @@ def play_tasks(
             checkpoint=checkpoint,
             sampling=_sampling(config.policy.model, config),
             purpose=purpose,
+            runner=config.environment.sandbox.runner(),
             on_episodes=advance,
         )
 
@@ -102,6 +117,7 @@ def judge_steps(
             max_new_tokens=rm.model.max_new_tokens,
             batch_size=rm.model.batch_size,
             history_steps=config.environment.history_steps,
+            coding=config.environment.name == "coding",
             on_batch=advance,
         )
 
@@ -200,6 +216,13 @@ def warm_start(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics
 def _warm_start_demos(config: RunConfig, role: str, ws: WarmStartConfig) -> list[Demo]:
     env = config.environment
     seed = derive_seed(config.seed, "warm-start", role) % 2**31
+    if env.name == "coding":
+        pairs = reference_pairs(env.split, ws.episodes, seed, env.source)
+        if role == "policy":
+            return coding_policy_demonstrations(pairs)
+        if config.writes_unit_tests:
+            return unit_test_demonstrations(pairs)
+        return coding_judge_demonstrations(pairs, label_noise=ws.label_noise, seed=config.seed)
     specs = env.generate(env.split, ws.episodes, seed)
     if role == "policy":
         return policy_demonstrations(
@@ -231,26 +254,78 @@ def rollout(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics]:
 
 @stage_task("reward-scoring")
 def reward_scoring(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics]:
-    """The reward model judges every step m times (no votes in outcome-only mode)."""
+    """The reward model judges every step m times, or (unit-test mode) writes tests for every
+    task that every program then runs on; nothing in outcome-only mode."""
     rows: list[dict[str, object]] = []
+    tests: list[dict[str, object]] = []
     if config.uses_reward_model:
         rollouts = read_dataset(run.dataset(r, "rollouts"), "rollouts")
         rm = config.reward_model
         source = run.model_before("reward_model", r, rm.model.source)
         model, tokenizer = load_model(source, device=rm.model.device, dtype=rm.model.dtype)
-        rows = judge_steps(
-            config,
+        if config.writes_unit_tests:
+            pool = task_refs(read_dataset(run.dataset(r, "tasks"), "tasks"))
+            tests, rows = unit_test_votes(
+                config, model, tokenizer, rollouts, pool, run.label(source), r, f"round {r}"
+            )
+        else:
+            rows = judge_steps(
+                config,
+                model,
+                tokenizer,
+                rollouts,
+                round_idx=r,
+                base_seed=config.seed,
+                checkpoint=run.label(source),
+                description=f"round {r} reward scoring",
+            )
+    outputs = {
+        "judgments": _write(rows, run, r, "judgments"),
+        "unit_tests": _write(tests, run, r, "unit_tests"),
+    }
+    return outputs, {"reward_model/votes": float(len(rows))}
+
+
+def unit_test_votes(
+    config: RunConfig,
+    model: Any,
+    tokenizer: Any,
+    rollouts: pd.DataFrame,
+    tasks: list[TaskRef],
+    checkpoint: str,
+    round_idx: int,
+    description: str,
+) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    """The RM writes tests for every coding task in `tasks`; every program of `rollouts` runs on
+    its task's tests. Returns the unit_tests rows and the judgments rows (one vote per program
+    and test)."""
+    rm = config.reward_model
+    refs = [t for t in tasks if isinstance(t.spec, CodingSpec)]
+    specs = {(t.task_id, t.task_version): t.spec for t in refs}
+    with progress(f"{description} unit tests", total=len(refs) * rm.tests_per_task) as advance:
+        tests = write_tests(
             model,
             tokenizer,
-            rollouts,
-            round_idx=r,
+            refs,
+            tests_per_task=rm.tests_per_task,
+            round_idx=round_idx,
             base_seed=config.seed,
-            checkpoint=run.label(source),
-            description=f"round {r} reward scoring",
+            checkpoint=checkpoint,
+            temperature=rm.model.temperature,
+            max_new_tokens=rm.model.max_new_tokens,
+            batch_size=rm.model.batch_size,
+            on_batch=advance,
         )
-    return {"judgments": _write(rows, run, r, "judgments")}, {
-        "reward_model/votes": float(len(rows))
-    }
+    frame = pd.DataFrame(tests)
+    with progress(f"{description} programs on tests", total=len(rollouts)) as advance:
+        votes = run_generated_tests(
+            rollouts,
+            frame,
+            specs,  # type: ignore[arg-type]
+            config.environment.sandbox.runner(),
+            on_program=advance,
+        )
+    return tests, votes
 
 
 @stage_task("advantage-computation")
@@ -264,7 +339,7 @@ def advantage_computation(config: RunConfig, run: RunDir, r: int) -> tuple[Outpu
     policy, metrics = policy_samples(
         rollouts,
         judgments,
-        votes=config.reward_model.votes,
+        votes=config.rm_votes,
         lam=adv.lam,
         estimator=adv.estimator,
         singleton=adv.singleton,
@@ -274,7 +349,18 @@ def advantage_computation(config: RunConfig, run: RunDir, r: int) -> tuple[Outpu
     )
     outputs = {"policy_samples": _write(policy, run, r, "policy_samples")}
     rm_rows: pd.DataFrame | list[dict[str, object]] = []
-    if judgments is not None:
+    test_rows: pd.DataFrame | list[dict[str, object]] = []
+    if judgments is not None and config.writes_unit_tests:
+        test_rows, rm_metrics = test_samples(
+            rollouts,
+            read_dataset(run.dataset(r, "unit_tests"), "unit_tests"),
+            judgments,
+            invalid_penalty=config.reward_model.parse_failure_penalty,
+            eps=adv.eps,
+            band=config.reward_model.accuracy_band,
+        )
+        metrics |= rm_metrics
+    elif judgments is not None:
         rm_rows, rm_metrics = rm_samples(
             rollouts,
             judgments,
@@ -286,6 +372,7 @@ def advantage_computation(config: RunConfig, run: RunDir, r: int) -> tuple[Outpu
         )
         metrics |= rm_metrics
     outputs["rm_samples"] = _write(rm_rows, run, r, "rm_samples")
+    outputs["test_samples"] = _write(test_rows, run, r, "test_samples")
     return outputs, metrics
 
 
@@ -347,6 +434,18 @@ def rm_update(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics]
     """One PPO-clip update of the RM on its kept votes (modes "reward" and "env" only)."""
     if not config.trains_reward_model:
         return {}, {"reward_model/update_skipped": 1.0}
+    if config.writes_unit_tests:
+        return _update(
+            config,
+            run,
+            r,
+            "reward_model",
+            config.reward_model.model,
+            config.reward_model.update,
+            read_dataset(run.dataset(r, "test_samples"), "test_samples"),
+            read_dataset(run.dataset(r, "unit_tests"), "unit_tests"),
+            ["task_id", "task_version", "test_idx"],
+        )
     return _update(
         config,
         run,
@@ -489,7 +588,11 @@ def _accept(
     refs = task_refs(pool)
     parents = {(t.task_id, t.task_version): t for t in refs}
     candidates = [
-        TaskRef(row.candidate_id, int(row.parent_task_version) + 1, parse_spec(row.spec))
+        TaskRef(
+            row.candidate_id,
+            int(row.parent_task_version) + 1,
+            parse_task_spec(config.environment.name, row.spec),
+        )
         for row in valid.itertuples()
     ]
     to_play = list(candidates)

@@ -311,3 +311,42 @@ def test_ablate_one_seed_one_round(tmp_path: Path) -> None:
     stamp = (out / "reward-env" / "seed_0" / "eval" / "eval.json").stat().st_mtime_ns
     rlanything_ablate(config=config, seeds=1, out_dir=str(out))
     assert (out / "reward-env" / "seed_0" / "eval" / "eval.json").stat().st_mtime_ns == stamp
+
+
+def test_coding_two_rounds_with_unit_test_reward_model(tmp_path: Path) -> None:
+    """configs/coding-tiny.yaml: programs and generated tests run in the sandbox; the RM is
+    trained on its tests' rewards; UT accuracy and Detect reach MLflow."""
+    config = load_config(ROOT / "configs" / "coding-tiny.yaml")
+    run = RunDir(tmp_path / "run")
+    summary = rlanything_train(config=config, run_dir=str(run.root))
+    assert [r["round"] for r in summary["rounds"]] == [0, 1]
+    for r in range(2):
+        for stage in STAGES:
+            assert run.finished(r, stage) is not None, (r, stage)
+        for name in ROUND_FILES:
+            read_dataset(run.dataset(r, name), name)
+    rollouts = read_dataset(run.dataset(0, "rollouts"), "rollouts")
+    assert (rollouts["num_steps"] == 1).all() and rollouts["pass_fraction"].notna().all()
+    assert rollouts["action_valid"].any()  # the warm-started policy writes code blocks
+    passed = rollouts["outcome"] > 0
+    assert (rollouts.loc[passed, "pass_fraction"] == 1.0).all()
+    tests = read_dataset(run.dataset(0, "unit_tests"), "unit_tests")
+    assert len(tests) == config.environment.num_tasks * config.reward_model.tests_per_task
+    votes = read_dataset(run.dataset(0, "judgments"), "judgments")
+    assert len(votes) == len(rollouts) * config.reward_model.tests_per_task
+    assert set(votes.loc[votes["verdict"].notna(), "verdict"]) <= {-1, 1}
+    samples = read_dataset(run.dataset(0, "test_samples"), "test_samples")
+    assert len(samples) == len(tests)
+    assert read_dataset(run.dataset(0, "rm_samples"), "rm_samples").empty
+    pool = read_dataset(run.dataset(2, "tasks"), "tasks")
+    assert set(pool["env"]) == {"coding"}
+
+    client = mlflow.tracking.MlflowClient()
+    parent = client.get_run(summary["mlflow_run_id"])
+    for key in ("reward_model/ut_accuracy", "reward_model/detect", "policy/accuracy"):
+        history = client.get_metric_history(parent.info.run_id, key)
+        assert [m.step for m in history] == [0, 1], key
+        assert all(0.0 <= m.value <= 1.0 for m in history)
+    start = _weights(run.warm_start_checkpoint("reward_model"))
+    end = _weights(run.checkpoint("reward_model", 1))
+    assert any(not torch.equal(start[k], end[k]) for k in start)

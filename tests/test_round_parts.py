@@ -44,6 +44,7 @@ def _step(task: str, g: int, i: int, outcome: int, progress: bool = True) -> dic
         "seed": 100 * g + i, "checkpoint": "ckpt", "goal": "put a mug in cabinet",
         "observation": "obs", "prompt": "p", "response": "\\boxed{1}", "action": "look",
         "action_valid": True, "next_observation": "obs2", "progress": progress, "done": False,
+        "pass_fraction": None,
         "outcome": outcome, "num_steps": 2, "finish_reason": "stop", "prompt_token_ids": [1],
         "response_token_ids": [2], "sampler_logprobs": [-0.5],
     }  # fmt: skip

@@ -28,6 +28,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from rlanything_core.envs.common import SpecError
+
 GoalType = Literal["put", "clean_put", "heat_put", "cool_put", "find_two"]
 GOAL_TYPES: tuple[GoalType, ...] = ("put", "clean_put", "heat_put", "cool_put", "find_two")
 
@@ -92,10 +94,6 @@ _GOAL_TEMPLATE = {
 MAX_ROOMS = len(ROOMS)
 MAX_DISTRACTORS = 20
 MAX_STEPS = 100
-
-
-class SpecError(ValueError):
-    """A household task spec is invalid; the message names the field and how to fix it."""
 
 
 class HouseholdSpec(BaseModel):

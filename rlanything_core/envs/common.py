@@ -1,0 +1,46 @@
+"""What every environment shares."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class SpecError(ValueError):
+    """A task spec is invalid; the message names the field and how to fix it."""
+
+
+@dataclass(frozen=True)
+class Move:
+    """What the environment did with one policy answer (one row of the rollouts dataset)."""
+
+    action: str | None
+    """The action taken (household: the admissible action; coding: the program); None when the
+    answer held none (an invalid answer, counted, never an error)."""
+    valid: bool
+    observation: str
+    """What the policy observes next (coding: the test report)."""
+    progress: bool
+    """Ground truth for the reward model's process accuracy: did this step move toward the goal
+    (household: the expert's distance fell; coding: every test passed)."""
+    done: bool
+    pass_fraction: float | None = None
+    """Coding only: the fraction of the task's tests the program passed."""
+
+
+class Episode(Protocol):
+    """One episode an agent plays: the rollout loop prompts it, samples, and calls `act`."""
+
+    goal_text: str
+    observation: str
+    steps_taken: int
+    done: bool
+    success: bool
+
+    def messages(self) -> list[dict[str, str]]:
+        """The policy's prompt for the next step."""
+        ...
+
+    def act(self, answer: str) -> Move:
+        """Apply the policy's whole answer; malformed answers are invalid moves."""
+        ...

@@ -1,0 +1,25 @@
+"""Task specs of every environment, and the `env` name each is stored under in task Parquet."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from rlanything_core.envs.coding import CodingSpec, parse_coding_spec
+from rlanything_core.envs.common import SpecError
+from rlanything_core.envs.household import HouseholdSpec, parse_spec
+
+EnvName = Literal["household", "coding"]
+TaskSpec = HouseholdSpec | CodingSpec
+
+
+def env_name(spec: TaskSpec) -> EnvName:
+    return "coding" if isinstance(spec, CodingSpec) else "household"
+
+
+def parse_task_spec(env: str, spec: str | dict[str, object]) -> TaskSpec:
+    """Validate a spec of environment `env` (a tasks row's `env` and `spec`)."""
+    if env == "household":
+        return parse_spec(spec)
+    if env == "coding":
+        return parse_coding_spec(spec)
+    raise SpecError(f"unknown environment {env!r} in a task row; use 'household' or 'coding'.")
