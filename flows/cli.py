@@ -5,6 +5,7 @@ rlanything resume --run-dir DIR
 rlanything eval --config FILE --policy CKPT [--reward-model CKPT] [--out DIR]
 rlanything ablate --config FILE --seeds N [--rounds R] --out DIR
 rlanything sandbox run PROGRAM.py [--stdin FILE] [--timeout S] [--isolation LEVEL]
+rlanything humaneval --out FILE.parquet [--all]
 """
 
 from __future__ import annotations
@@ -156,6 +157,22 @@ def _sandbox_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _humaneval(args: argparse.Namespace) -> int:
+    from rlanything_core.envs.humaneval import load_humaneval
+    from rlanything_core.pool import tasks_frame
+    from rlanything_core.schemas import write_dataset
+
+    tasks = load_humaneval(complete_only=not args.all)
+    frame = tasks_frame([t.task_id for t in tasks], [t.spec for t in tasks])
+    path = write_dataset(frame, args.out, "tasks")
+    dropped = sum(t.dropped_asserts for t in tasks)
+    console.print(
+        f"wrote {len(tasks)} HumanEval tasks ({sum(len(t.spec.tests) for t in tasks)} tests; "
+        f"{dropped} assertions that do not convert to call → value tests dropped) to {path}"
+    )
+    return 0
+
+
 def _run(config: Any, run_dir: str) -> int:
     _prefect_defaults()
     from flows.train import rlanything_train
@@ -204,6 +221,14 @@ def main(argv: list[str] | None = None) -> int:
         help="isolation level (default: the strongest this machine offers)",
     )
     sb_run.set_defaults(func=_sandbox_run)
+    he = sub.add_parser("humaneval", help="write HumanEval (from its package) as a tasks Parquet")
+    he.add_argument("--out", required=True, help="output .parquet (the tasks schema)")
+    he.add_argument(
+        "--all",
+        action="store_true",
+        help="also problems only some of whose assertions convert (default: only complete ones)",
+    )
+    he.set_defaults(func=_humaneval)
     args = parser.parse_args(argv)
     from rlanything_core.config import ConfigError
     from rlanything_core.default_model import ModelNotFoundError

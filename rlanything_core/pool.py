@@ -12,18 +12,17 @@ from __future__ import annotations
 import pandas as pd
 
 from rlanything_core.config import EnvironmentConfig
-from rlanything_core.envs.specs import env_name, parse_task_spec
+from rlanything_core.envs.specs import TaskSpec, env_name, parse_task_spec
 from rlanything_core.rollout import TaskRef
+from rlanything_core.schemas import SchemaError, read_dataset
 
 
-def initial_pool(env: EnvironmentConfig) -> pd.DataFrame:
-    """Round-0 pool rows (tasks schema): `env.num_tasks` tasks of `env.split` from the generator."""
-    num_tasks, split, seed = env.num_tasks, env.split, env.seed
-    specs = env.generate(split, num_tasks, seed)
+def tasks_frame(task_ids: list[str], specs: list[TaskSpec]) -> pd.DataFrame:
+    """Round-0 pool rows (tasks schema) for these tasks, all version 1, origin "seed"."""
     return pd.DataFrame(
         {
             "round": 0,
-            "task_id": [f"{split}-{seed}-{i:03d}" for i in range(num_tasks)],
+            "task_id": task_ids,
             "task_version": 1,
             "parent_task_id": None,
             "origin": "seed",
@@ -35,6 +34,30 @@ def initial_pool(env: EnvironmentConfig) -> pd.DataFrame:
             "spec": [s.to_json() for s in specs],
         }
     )
+
+
+def initial_pool(env: EnvironmentConfig) -> pd.DataFrame:
+    """Round-0 pool: the first `env.num_tasks` tasks of `env.tasks_file`, or as many from the
+    generator of `env.split`."""
+    if env.tasks_file is not None:
+        frame = read_dataset(env.tasks_file, "tasks")
+        if len(frame) < env.num_tasks:
+            raise SchemaError(
+                f"{env.tasks_file} holds {len(frame)} tasks; environment.num_tasks asks for "
+                f"{env.num_tasks}. Lower num_tasks or add tasks to the file."
+            )
+        others = sorted(set(frame["env"]) - {env.name})
+        if others:
+            raise SchemaError(
+                f"{env.tasks_file} holds tasks of environment {others}, but environment.name is "
+                f"{env.name!r}; set environment.name to match the file."
+            )
+        frame = frame.head(env.num_tasks)
+        refs = task_refs(frame)  # validates every spec
+        return tasks_frame([r.task_id for r in refs], [r.spec for r in refs])
+    specs = env.generate(env.split, env.num_tasks, env.seed)
+    ids = [f"{env.split}-{env.seed}-{i:03d}" for i in range(env.num_tasks)]
+    return tasks_frame(ids, specs)
 
 
 def task_refs(pool: pd.DataFrame) -> list[TaskRef]:

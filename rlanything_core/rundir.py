@@ -27,7 +27,8 @@ class RunDir:
     """Paths of one run. Layout (users read these files; names are stable):
 
     config.yaml, summary.json, state.json,
-    round_NNN/{tasks,rollouts,judgments,policy_samples,rm_samples,candidates,acceptance}.parquet,
+    round_NNN/{tasks,rollouts,judgments,unit_tests,policy_samples,rm_samples,test_samples,
+    candidates,acceptance}.parquet,
     round_NNN/_stages/<stage>.json, checkpoints/{policy,reward_model}/round_NNN/.
     """
 

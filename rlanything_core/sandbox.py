@@ -103,8 +103,9 @@ class Verdict:
     stdout_truncated: bool
     stderr_truncated: bool
     wall_s: float
-    cpu_s: float
-    """CPU seconds (user + system) of the program and of the processes it waited for."""
+    cpu_s: float | None
+    """CPU seconds (user + system) of the program and of the processes it waited for; None
+    when the run was killed before our launcher could report them (a timeout)."""
     isolation: Isolation
 
     def to_dict(self) -> dict[str, object]:
@@ -248,26 +249,26 @@ def _classify(
     return "error", None
 
 
-def _wait(proc: subprocess.Popen[bytes], timeout_s: float) -> tuple[int, float, bool]:
-    """Wait for `proc`, killing its process group at the timeout; return its wait status, CPU
-    seconds (with its reaped descendants) and whether it timed out."""
+def _wait(proc: subprocess.Popen[bytes], timeout_s: float) -> tuple[int, bool]:
+    """Wait for `proc`, killing its process group at the timeout; return its raw wait status
+    and whether it timed out."""
     deadline = time.monotonic() + timeout_s
     timed_out = False
     delay = 0.001
     while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        pid, status = os.waitpid(proc.pid, os.WNOHANG)
         if pid:
             break
         if time.monotonic() >= deadline:
             timed_out = True
             _kill_group(proc.pid)
-            pid, status, usage = os.wait4(proc.pid, 0)
+            pid, status = os.waitpid(proc.pid, 0)
             break
         time.sleep(delay)
         delay = min(delay * 2, 0.02)
     proc.returncode = os.waitstatus_to_exitcode(status)
     _kill_group(proc.pid)  # whatever it left behind in its group
-    return status, usage.ru_utime + usage.ru_stime, timed_out
+    return status, timed_out
 
 
 def _kill_group(pgid: int) -> None:
@@ -347,7 +348,7 @@ def run_python(
                 )
                 os.close(write_end)
                 open_fds.discard(write_end)
-                status, outer_cpu_s, timed_out = _wait(proc, limits.timeout_s)
+                status, timed_out = _wait(proc, limits.timeout_s)
             open_fds.discard(read_end)
             with os.fdopen(read_end, "rb") as pipe:
                 raw = pipe.read(4096)
@@ -363,7 +364,7 @@ def run_python(
         raise SandboxError(f"could not start the sandbox (cgroup or prlimit failed): {stderr}")
     report = _parse_report(raw)
     code, sig = _decode(int(report["status"]) if "status" in report else status)  # type: ignore[call-overload]
-    cpu_s = float(report.get("cpu_s", outer_cpu_s))  # type: ignore[arg-type]
+    cpu_s = round(float(report["cpu_s"]), 4) if "cpu_s" in report else None  # type: ignore[arg-type]
     state, limit = _classify(code, sig, stderr, timed_out, report)
     return Verdict(
         status=state,
@@ -375,7 +376,7 @@ def run_python(
         stdout_truncated=out_cut,
         stderr_truncated=err_cut,
         wall_s=round(wall_s, 4),
-        cpu_s=round(cpu_s, 4),
+        cpu_s=cpu_s,
         isolation=level,
     )
 

@@ -34,6 +34,7 @@ from rlanything_core.envs.common import SpecError
 from rlanything_core.envs.humaneval import load_humaneval
 from rlanything_core.feedback import unit_test_rewards
 from rlanything_core.rewriting import parse_rewrite
+from rlanything_core.schemas import SchemaError
 from rlanything_core.signals import test_samples as compute_test_samples
 from rlanything_core.unit_tests import parse_unit_test
 
@@ -346,3 +347,22 @@ def test_sandbox_level_used_by_the_runner_is_recorded() -> None:
     assert report.isolation == sandbox.isolation_level()
     forced = CodeRunner(isolation="rlimits").run(GOOD_ADD, ADD)
     assert forced.all_passed and forced.isolation == "rlimits"
+
+
+def test_humaneval_export_feeds_a_pool(tmp_path: Path) -> None:
+    from flows.cli import main
+    from rlanything_core.config import parse_config
+    from rlanything_core.pool import initial_pool, task_refs
+
+    out = tmp_path / "humaneval.parquet"
+    assert main(["humaneval", "--out", str(out)]) == 0
+    config = parse_config(
+        {"environment": {"name": "coding", "num_tasks": 3, "tasks_file": str(out)}}
+    )
+    pool = initial_pool(config.environment)
+    assert pool["task_id"].tolist() == ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
+    refs = task_refs(pool)
+    assert all(isinstance(r.spec, CodingSpec) for r in refs)
+    wrong_env = parse_config({"environment": {"num_tasks": 3, "tasks_file": str(out)}})
+    with pytest.raises(SchemaError, match=r"environment\.name"):
+        initial_pool(wrong_env.environment)

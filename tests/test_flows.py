@@ -350,3 +350,14 @@ def test_coding_two_rounds_with_unit_test_reward_model(tmp_path: Path) -> None:
     start = _weights(run.warm_start_checkpoint("reward_model"))
     end = _weights(run.checkpoint("reward_model", 1))
     assert any(not torch.equal(start[k], end[k]) for k in start)
+
+    metrics = rlanything_eval(
+        config=config,
+        policy=str(run.checkpoint("policy", 1)),
+        reward_model=str(run.checkpoint("reward_model", 1)),
+        out_dir=str(tmp_path / "eval"),
+    )
+    for split in ("id", "ood"):
+        for name in ("policy_accuracy", "rm_ut_accuracy", "rm_detect", "rm_parse_failure_rate"):
+            assert 0.0 <= metrics[f"eval/{split}/{name}"] <= 1.0, (split, name)
+        read_dataset(tmp_path / "eval" / f"{split}_unit_tests.parquet", "unit_tests")
