@@ -49,6 +49,16 @@ _STEP_KEYS = [
     _f("checkpoint", pa.string()),
 ]
 
+# Identity and provenance of a unit test the reward model wrote (coding, unit-test mode).
+_TEST_KEYS = [
+    _f("round", pa.int32()),
+    _f("task_id", pa.string()),
+    _f("task_version", pa.int32()),
+    _f("test_idx", pa.int32()),
+    _f("seed", pa.int64()),
+    _f("checkpoint", pa.string()),
+]
+
 SCHEMAS: dict[str, pa.Schema] = {
     # The active task pool at the start of a round. `spec` is the environment's JSON task spec.
     "tasks": pa.schema(
@@ -106,12 +116,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     # Coding, reward model in unit-test mode: one row per test it wrote for a task.
     "unit_tests": pa.schema(
         [
-            _f("round", pa.int32()),
-            _f("task_id", pa.string()),
-            _f("task_version", pa.int32()),
-            _f("test_idx", pa.int32()),
-            _f("seed", pa.int64()),
-            _f("checkpoint", pa.string()),
+            *_TEST_KEYS,
             _f("prompt", pa.string()),
             _f("response", pa.string()),  # the reward model's whole answer
             _f("test", pa.string(), nullable=True),  # the parsed test (JSON); null if invalid
@@ -125,12 +130,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     # Coding, unit-test mode: the reward model's training signal, one row per generated test.
     "test_samples": pa.schema(
         [
-            _f("round", pa.int32()),
-            _f("task_id", pa.string()),
-            _f("task_version", pa.int32()),
-            _f("test_idx", pa.int32()),
-            _f("seed", pa.int64()),
-            _f("checkpoint", pa.string()),
+            *_TEST_KEYS,
             _f("valid", pa.bool_()),
             _f("correct", pa.bool_(), nullable=True),  # every correct program passes it; null if
             # the test is invalid or no program of the task is correct

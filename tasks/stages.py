@@ -431,21 +431,15 @@ def policy_update(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metr
 
 @stage_task("rm-update")
 def rm_update(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics]:
-    """One PPO-clip update of the RM on its kept votes (modes "reward" and "env" only)."""
+    """One PPO-clip update of the RM on its kept votes, or its kept generated tests (unit-test
+    mode); modes "reward" and "env" only."""
     if not config.trains_reward_model:
         return {}, {"reward_model/update_skipped": 1.0}
-    if config.writes_unit_tests:
-        return _update(
-            config,
-            run,
-            r,
-            "reward_model",
-            config.reward_model.model,
-            config.reward_model.update,
-            read_dataset(run.dataset(r, "test_samples"), "test_samples"),
-            read_dataset(run.dataset(r, "unit_tests"), "unit_tests"),
-            ["task_id", "task_version", "test_idx"],
-        )
+    signals, texts, keys = (
+        ("test_samples", "unit_tests", ["task_id", "task_version", "test_idx"])
+        if config.writes_unit_tests
+        else ("rm_samples", "judgments", [*STEP_KEY, "vote_idx"])
+    )
     return _update(
         config,
         run,
@@ -453,9 +447,9 @@ def rm_update(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics]
         "reward_model",
         config.reward_model.model,
         config.reward_model.update,
-        read_dataset(run.dataset(r, "rm_samples"), "rm_samples"),
-        read_dataset(run.dataset(r, "judgments"), "judgments"),
-        [*STEP_KEY, "vote_idx"],
+        read_dataset(run.dataset(r, signals), signals),
+        read_dataset(run.dataset(r, texts), texts),
+        keys,
     )
 
 

@@ -366,3 +366,25 @@ def test_humaneval_export_feeds_a_pool(tmp_path: Path) -> None:
     wrong_env = parse_config({"environment": {"num_tasks": 3, "tasks_file": str(out)}})
     with pytest.raises(SchemaError, match=r"environment\.name"):
         initial_pool(wrong_env.environment)
+
+
+def test_step_judge_mode_for_coding_hides_the_test_results() -> None:
+    from rlanything_core.judging import judge_prompts
+
+    rollouts = pd.DataFrame(
+        {
+            "task_id": ["q"],
+            "task_version": [1],
+            "rollout_idx": [0],
+            "step_idx": [0],
+            "goal": [ADD.problem],
+            "observation": [ADD.problem],
+            "response": ["Easy.\n```python\n" + GOOD_ADD + "```"],
+            "action": [GOOD_ADD],
+            "next_observation": ["2/2 tests passed"],
+        }
+    )
+    (prompt,) = judge_prompts(rollouts, history_steps=2, coding=True)
+    text = "\n".join(m["content"] for m in prompt)
+    assert ADD.problem in text and GOOD_ADD.strip() in text and "\\boxed{1}" in text
+    assert "tests passed" not in text
