@@ -6,6 +6,7 @@ rlanything eval --config FILE --policy CKPT [--reward-model CKPT] [--out DIR]
 rlanything ablate --config FILE --seeds N [--rounds R] --out DIR
 rlanything sandbox run PROGRAM.py [--stdin FILE] [--timeout S] [--isolation LEVEL]
 rlanything humaneval --out FILE.parquet [--all]
+rlanything serve --model PATH [--port P] [--host H] [--name NAME]
 """
 
 from __future__ import annotations
@@ -173,6 +174,26 @@ def _humaneval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from rlanything_core.models import resolve_source
+    from rlanything_core.serve import ModelServer, create_app
+
+    server = ModelServer(
+        resolve_source(args.model),
+        name=args.name or args.model,
+        device=args.device,
+        dtype=args.dtype,
+        batch_size=args.batch_size,
+    )
+    console.print(
+        f"serving {server.base_name!r} at http://{args.host}:{args.port}/v1 (OpenAI-compatible)"
+    )
+    uvicorn.run(create_app(server), host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
 def _run(config: Any, run_dir: str) -> int:
     _prefect_defaults()
     from flows.train import rlanything_train
@@ -229,6 +250,15 @@ def main(argv: list[str] | None = None) -> int:
         help="also problems only some of whose assertions convert (default: only complete ones)",
     )
     he.set_defaults(func=_humaneval)
+    sv = sub.add_parser("serve", help="serve a checkpoint behind an OpenAI-compatible API")
+    sv.add_argument("--model", required=True, help="checkpoint directory or model source")
+    sv.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
+    sv.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
+    sv.add_argument("--name", help="served model name (default: the --model value)")
+    sv.add_argument("--device", default="auto", help='"auto", "cpu" or "cuda[:n]"')
+    sv.add_argument("--dtype", default="auto", help='"auto" or a torch dtype name')
+    sv.add_argument("--batch-size", type=int, default=32, help="requests decoded together")
+    sv.set_defaults(func=_serve)
     args = parser.parse_args(argv)
     from rlanything_core.config import ConfigError
     from rlanything_core.default_model import ModelNotFoundError

@@ -121,8 +121,11 @@ def load_model(
         else getattr(torch, dtype)
     )
     adapter_cfg = Path(path) / "adapter_config.json"
+    tokenizer_path = path
     if adapter_cfg.is_file():
         base_source = json.loads(adapter_cfg.read_text())["base_model_name_or_path"]
+        if not (Path(path) / "tokenizer_config.json").is_file():  # an adapter saved alone
+            tokenizer_path = resolve_source(base_source)
         base = AutoModelForCausalLM.from_pretrained(resolve_source(base_source), dtype=torch_dtype)
         peft_model = PeftModel.from_pretrained(base, path, is_trainable=trainable)
         model: Any = peft_model if trainable else peft_model.merge_and_unload()
@@ -141,7 +144,7 @@ def load_model(
             )
     model.to(dev)
     model.train(trainable)
-    return model, load_tokenizer(path)
+    return model, load_tokenizer(tokenizer_path)
 
 
 def save_checkpoint(
