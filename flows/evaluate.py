@@ -15,7 +15,7 @@ from prefect import flow
 
 from flows.tracking import log_evaluation
 from rlanything_core.config import RunConfig
-from rlanything_core.models import load_model
+from rlanything_core.engines import open_engine
 from rlanything_core.rollout import TaskRef
 from rlanything_core.rundir import write_json
 from rlanything_core.schemas import read_dataset, rows_frame, write_dataset
@@ -34,10 +34,18 @@ def rlanything_eval(
     parse-failure rate on the same steps."""
     out = Path(out_dir)
     ev, env = config.evaluation, config.environment
-    pm, rm = config.policy.model, config.reward_model.model
-    policy_model, policy_tok = load_model(policy, device=pm.device, dtype=pm.dtype)
-    judge_model = (
-        None if reward_model is None else load_model(reward_model, device=rm.device, dtype=rm.dtype)
+    policy_engine = open_engine(
+        config.policy.model, policy, "policy", config.policy.update.lora_rank
+    )
+    judge_engine = (
+        None
+        if reward_model is None
+        else open_engine(
+            config.reward_model.model,
+            reward_model,
+            "reward_model",
+            config.reward_model.update.lora_rank,
+        )
     )
     metrics: dict[str, float] = {}
     for split in SPLITS:
@@ -45,8 +53,7 @@ def rlanything_eval(
         tasks = [TaskRef(f"eval-{split}-{i:03d}", 1, s) for i, s in enumerate(specs)]
         rows = play_tasks(
             config,
-            policy_model,
-            policy_tok,
+            policy_engine,
             tasks,
             rollouts_per_task=ev.rollouts_per_task,
             round_idx=0,
@@ -62,10 +69,10 @@ def rlanything_eval(
         episodes = rollouts.drop_duplicates(["task_id", "rollout_idx"])
         metrics[f"eval/{split}/policy_accuracy"] = float((episodes["outcome"] > 0).mean())
         metrics[f"eval/{split}/invalid_actions"] = float((~rollouts["action_valid"]).mean())
-        if judge_model is not None and config.writes_unit_tests:
+        if judge_engine is not None and config.writes_unit_tests:
             assert reward_model is not None
             tests, votes = unit_test_votes(
-                config, *judge_model, rollouts, tasks, reward_model, 0, f"eval {split}"
+                config, judge_engine, rollouts, tasks, reward_model, 0, f"eval {split}"
             )
             written = write_dataset(
                 rows_frame(tests, "unit_tests"), out / f"{split}_unit_tests.parquet", "unit_tests"
@@ -84,11 +91,11 @@ def rlanything_eval(
             metrics[f"eval/{split}/rm_ut_accuracy"] = ut["reward_model/ut_accuracy"]
             metrics[f"eval/{split}/rm_detect"] = ut["reward_model/detect"]
             metrics[f"eval/{split}/rm_parse_failure_rate"] = ut["reward_model/parse_failure_rate"]
-        elif judge_model is not None:
+        elif judge_engine is not None:
             assert reward_model is not None
             votes = judge_steps(
                 config,
-                *judge_model,
+                judge_engine,
                 rollouts,
                 round_idx=0,
                 base_seed=ev.seed,

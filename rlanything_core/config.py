@@ -26,6 +26,35 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class EngineConfig(_Strict):
+    """Where a model samples (README "Engines"). Updates always run in this process."""
+
+    kind: Literal["hf", "vllm", "openai"] = "hf"
+    """"hf": transformers in this process. "vllm": `vllm serve` from its own environment, started
+    here (or the running server at `url`). "openai": any OpenAI-compatible server at `url`
+    (e.g. `rlanything serve`)."""
+    url: str | None = None
+    """Base URL of a running server; required for "openai", optional for "vllm"."""
+    served_name: str | None = None
+    """The model name to request; default: the model source as given."""
+    vllm: str = ".venv-vllm/bin/vllm"
+    """The vLLM executable of the separate vLLM environment (`make vllm-env`)."""
+    serve_args: list[str] = []
+    """Extra `vllm serve` flags, e.g. ["--gpu-memory-utilization", "0.45"]."""
+    concurrency: int = Field(16, ge=1)
+    """Requests in flight at once."""
+    retries: int = Field(4, ge=0)
+    """Retries of a request after a transient error (connection, time-out, HTTP 429/5xx)."""
+    startup_timeout_s: float = Field(900.0, gt=0.0)
+    """How long a started server may take to answer /health."""
+
+    @model_validator(mode="after")
+    def _url_for_openai(self) -> EngineConfig:
+        if self.kind == "openai" and not self.url:
+            raise ValueError('engine.kind "openai" needs engine.url, e.g. http://127.0.0.1:8000')
+        return self
+
+
 class ModelConfig(_Strict):
     """Which model to load and how to sample from it."""
 
@@ -42,6 +71,8 @@ class ModelConfig(_Strict):
     """Length limit of one answer, in tokens."""
     batch_size: int = Field(8, ge=1)
     """Prompts per generation batch."""
+    engine: EngineConfig = EngineConfig()
+    """How it samples: in this process (default) or from a server."""
 
 
 class UpdateConfig(_Strict):

@@ -3,7 +3,8 @@ the environment model's rewrites all sample through `Engine.generate`.
 
 - `HFEngine`: Hugging Face transformers in this process (the default).
 - `OpenAIEngine`: any OpenAI-compatible chat-completions server: vLLM (`vllm serve`, started by
-  `rlanything_core.services`), `rlanything serve`, or a model served anywhere. Requests carry the
+  `open_engine` through `rlanything_core.services`), `rlanything serve`, or a model served
+  anywhere. Requests carry the
   per-sample seed and ask for sampled-token log-probs and token ids (vLLM's `return_token_ids`,
   0.10.2 and newer); a server that returns no token ids gets the prompt tokenized locally and the
   answer re-tokenized (marked in `Generation.finish_reason` as usual; log-probs then empty).
@@ -13,17 +14,28 @@ the environment model's rewrites all sample through `Engine.generate`.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
 from transformers import PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from rlanything_core.models import Generation, encode_chat, generate
+from rlanything_core.config import EngineConfig, ModelConfig
+from rlanything_core.models import (
+    Generation,
+    encode_chat,
+    generate,
+    load_model,
+    load_tokenizer,
+    resolve_source,
+)
 from rlanything_core.prompts import Messages
+from rlanything_core.services import Service, free_port, vllm_command
 
 
 class Engine(Protocol):
@@ -226,3 +238,74 @@ class OpenAIEngine:
             self._post("/unload_lora_adapter", {"lora_name": name})
         self._post("/load_lora_adapter", {"lora_name": name, "lora_path": path})
         self.model = name
+
+
+# Servers started by `open_engine`, one per role, kept across stages and rounds of this process
+# and stopped at exit: role → (service, the model path it serves).
+_STARTED: dict[str, tuple[Service, str]] = {}
+
+
+def _vllm_url(engine: EngineConfig, role: str, model_path: str, lora_rank: int) -> str:
+    """The URL of the vLLM server for `role`, (re)starting it to serve `model_path`."""
+    running = _STARTED.get(role)
+    if running is not None and running[1] == model_path:
+        return running[0].url
+    if running is not None:  # a new full checkpoint: vLLM serves it after a restart
+        running[0].stop()
+    port = free_port()
+    command = vllm_command(
+        engine.vllm,
+        model_path,
+        port,
+        served_name=engine.served_name or model_path,
+        lora_rank=lora_rank,
+        extra=engine.serve_args,
+    )
+    service = Service(command, port=port, startup_timeout_s=engine.startup_timeout_s).start()
+    _STARTED[role] = (service, model_path)
+    return service.url
+
+
+def open_engine(model: ModelConfig, source: str, role: str, lora_rank: int = 0) -> Engine:
+    """The engine `model.engine` asks for, sampling from the checkpoint or model `source`.
+
+    With a server ("vllm", "openai"): a LoRA checkpoint is loaded into the server as adapter
+    `<role>-lora` (vLLM's runtime adapter loading; the name is unloaded first when taken). A full
+    checkpoint other than the configured model restarts a vLLM server started here; an external
+    server ("openai", or "vllm" with a url) cannot take it, which is an error naming the fix.
+    """
+    engine = model.engine
+    if engine.kind == "hf":
+        return HFEngine(*load_model(source, device=model.device, dtype=model.dtype))
+    path = resolve_source(source)
+    adapter_cfg = Path(path) / "adapter_config.json"
+    base = (
+        resolve_source(json.loads(adapter_cfg.read_text())["base_model_name_or_path"])
+        if adapter_cfg.is_file()
+        else path
+    )
+    configured = resolve_source(model.source)
+    served_base = configured if adapter_cfg.is_file() else base
+    if engine.kind == "vllm" and engine.url is None:
+        url = _vllm_url(engine, role, served_base, lora_rank)
+        name = engine.served_name or served_base
+    else:
+        if not adapter_cfg.is_file() and base != configured:
+            raise EngineError(
+                f"the {role} server at {engine.url} serves {model.source!r} and cannot take the "
+                f"full checkpoint {source}: train a LoRA adapter (update.lora_rank > 0), which is "
+                "loaded into the server, or use engine.kind 'vllm' without a url (restarted "
+                "with each checkpoint), or 'hf'."
+            )
+        assert engine.url is not None
+        url, name = engine.url, engine.served_name or model.source
+    client = OpenAIEngine(
+        url,
+        name,
+        load_tokenizer(path if (Path(path) / "tokenizer_config.json").is_file() else base),
+        concurrency=engine.concurrency,
+        retries=engine.retries,
+    )
+    if adapter_cfg.is_file():
+        client.load_adapter(f"{role}-lora", path)
+    return client

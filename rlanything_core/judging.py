@@ -11,11 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pandas as pd
-from transformers import PreTrainedModel
-from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
+from rlanything_core.engines import Engine
 from rlanything_core.envs.coding import judge_messages as coding_judge_messages
-from rlanything_core.models import generate
 from rlanything_core.parsing import parse_verdict
 from rlanything_core.prompts import Messages, judge_messages
 from rlanything_core.rollout import INVALID_ACTION
@@ -51,8 +49,7 @@ def judge_prompts(
 
 
 def judge(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
+    engine: Engine,
     rollouts: pd.DataFrame,
     *,
     votes: int,
@@ -82,9 +79,7 @@ def judge(
                 j,
             )
             jobs.append((row, j, seed, prompt))
-    outs = generate(
-        model,
-        tokenizer,
+    outs = engine.generate(
         [p for *_, p in jobs],
         [s for _, _, s, _ in jobs],
         max_new_tokens=max_new_tokens,
@@ -102,7 +97,7 @@ def judge(
             "seed": seed,
             "checkpoint": checkpoint,
             "vote_idx": j,
-            "prompt": tokenizer.decode(out.prompt_token_ids),
+            "prompt": engine.decode(out.prompt_token_ids),
             "reasoning": out.text,
             "verdict": parse_verdict(out.text),
             "finish_reason": out.finish_reason,

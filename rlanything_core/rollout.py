@@ -11,14 +11,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from transformers import PreTrainedModel
-from transformers.tokenization_utils_base import PreTrainedTokenizerBase
-
+from rlanything_core.engines import Engine
 from rlanything_core.envs.coding import CodeRunner, CodingEpisode, CodingSpec
 from rlanything_core.envs.common import Episode, Move
 from rlanything_core.envs.household import HouseholdEpisode, HouseholdSpec
 from rlanything_core.envs.specs import TaskSpec
-from rlanything_core.models import generate
 from rlanything_core.parsing import parse_action_index
 from rlanything_core.prompts import policy_messages
 from rlanything_core.seeding import derive_seed
@@ -83,8 +80,7 @@ def make_episode(spec: TaskSpec, history_steps: int, runner: CodeRunner) -> Epis
 
 
 def play(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
+    engine: Engine,
     tasks: Sequence[TaskRef],
     *,
     rollouts_per_task: int,
@@ -127,9 +123,7 @@ def play(
                 )
                 for i in active
             ]
-            outs = generate(
-                model,
-                tokenizer,
+            outs = engine.generate(
                 [episodes[i][2].messages() for i in active],
                 seeds,
                 max_new_tokens=sampling.max_new_tokens,
@@ -155,7 +149,7 @@ def play(
                         "checkpoint": checkpoint,
                         "goal": ep.goal_text,
                         "observation": observation,
-                        "prompt": tokenizer.decode(out.prompt_token_ids),
+                        "prompt": engine.decode(out.prompt_token_ids),
                         "response": out.text,
                         "action": move.action,
                         "action_valid": move.valid,

@@ -20,11 +20,9 @@ from typing import Any
 
 import pandas as pd
 from pydantic import ValidationError
-from transformers import PreTrainedModel
-from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
+from rlanything_core.engines import Engine
 from rlanything_core.envs.coding import CodeRunner, CodeTest, CodingSpec
-from rlanything_core.models import generate
 from rlanything_core.prompts import Messages
 from rlanything_core.rewriting import last_json_object
 from rlanything_core.rollout import TaskRef
@@ -69,8 +67,7 @@ def parse_unit_test(text: str, spec: CodingSpec) -> tuple[CodeTest | None, str |
 
 
 def write_tests(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
+    engine: Engine,
     tasks: Sequence[TaskRef],
     *,
     tests_per_task: int,
@@ -92,9 +89,7 @@ def write_tests(
                 base_seed, "unit-test", round_idx, task.task_id, task.task_version, j
             )
             jobs.append((task, j, seed, prompt))
-    outs = generate(
-        model,
-        tokenizer,
+    outs = engine.generate(
         [p for *_, p in jobs],
         [s for _, _, s, _ in jobs],
         max_new_tokens=max_new_tokens,
@@ -114,7 +109,7 @@ def write_tests(
                 "test_idx": j,
                 "seed": seed,
                 "checkpoint": checkpoint,
-                "prompt": tokenizer.decode(out.prompt_token_ids),
+                "prompt": engine.decode(out.prompt_token_ids),
                 "response": out.text,
                 "test": json.dumps(test.model_dump()) if test is not None else None,
                 "valid": test is not None,

@@ -8,7 +8,6 @@ and write their (empty) datasets, so every round has the same files.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import pandas as pd
 
@@ -25,11 +24,11 @@ from rlanything_core.demos import (
     policy_demonstrations,
     rewrite_demonstrations,
 )
+from rlanything_core.engines import Engine, open_engine
 from rlanything_core.envs.coding import CodingSpec
 from rlanything_core.envs.coding_problems import reference_pairs
 from rlanything_core.envs.specs import parse_task_spec
 from rlanything_core.judging import judge
-from rlanything_core.models import generate, load_model
 from rlanything_core.pool import next_pool, task_refs
 from rlanything_core.prompts import Messages
 from rlanything_core.rewriting import critique_messages, parse_rewrite, rewrite_messages
@@ -63,8 +62,7 @@ def _sampling(model: ModelConfig, config: RunConfig) -> Sampling:
 
 def play_tasks(
     config: RunConfig,
-    model: Any,
-    tokenizer: Any,
+    engine: Engine,
     tasks: list[TaskRef],
     *,
     rollouts_per_task: int,
@@ -77,8 +75,7 @@ def play_tasks(
     """A loaded policy plays every task, sampling as `config.policy.model` says; progress bar."""
     with progress(description, total=len(tasks) * rollouts_per_task) as advance:
         return play(
-            model,
-            tokenizer,
+            engine,
             tasks,
             rollouts_per_task=rollouts_per_task,
             round_idx=round_idx,
@@ -93,8 +90,7 @@ def play_tasks(
 
 def judge_steps(
     config: RunConfig,
-    model: Any,
-    tokenizer: Any,
+    engine: Engine,
     rollouts: pd.DataFrame,
     *,
     round_idx: int,
@@ -106,8 +102,7 @@ def judge_steps(
     rm = config.reward_model
     with progress(description, total=len(rollouts) * rm.votes) as advance:
         return judge(
-            model,
-            tokenizer,
+            engine,
             rollouts,
             votes=rm.votes,
             round_idx=round_idx,
@@ -126,13 +121,10 @@ def _play(
     config: RunConfig, run: RunDir, r: int, source: str, tasks: list[TaskRef], purpose: str
 ) -> list[dict[str, object]]:
     """The policy `source` plays every task G times."""
-    model, tokenizer = load_model(
-        source, device=config.policy.model.device, dtype=config.policy.model.dtype
-    )
+    engine = open_engine(config.policy.model, source, "policy", config.policy.update.lora_rank)
     return play_tasks(
         config,
-        model,
-        tokenizer,
+        engine,
         tasks,
         rollouts_per_task=config.rollouts_per_task,
         round_idx=r,
@@ -262,17 +254,16 @@ def reward_scoring(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Met
         rollouts = read_dataset(run.dataset(r, "rollouts"), "rollouts")
         rm = config.reward_model
         source = run.model_before("reward_model", r, rm.model.source)
-        model, tokenizer = load_model(source, device=rm.model.device, dtype=rm.model.dtype)
+        engine = open_engine(rm.model, source, "reward_model", rm.update.lora_rank)
         if config.writes_unit_tests:
             pool = task_refs(read_dataset(run.dataset(r, "tasks"), "tasks"))
             tests, rows = unit_test_votes(
-                config, model, tokenizer, rollouts, pool, run.label(source), r, f"round {r}"
+                config, engine, rollouts, pool, run.label(source), r, f"round {r}"
             )
         else:
             rows = judge_steps(
                 config,
-                model,
-                tokenizer,
+                engine,
                 rollouts,
                 round_idx=r,
                 base_seed=config.seed,
@@ -288,8 +279,7 @@ def reward_scoring(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Met
 
 def unit_test_votes(
     config: RunConfig,
-    model: Any,
-    tokenizer: Any,
+    engine: Engine,
     rollouts: pd.DataFrame,
     tasks: list[TaskRef],
     checkpoint: str,
@@ -304,8 +294,7 @@ def unit_test_votes(
     specs = {(t.task_id, t.task_version): t.spec for t in refs}
     with progress(f"{description} unit tests", total=len(refs) * rm.tests_per_task) as advance:
         tests = write_tests(
-            model,
-            tokenizer,
+            engine,
             refs,
             tests_per_task=rm.tests_per_task,
             round_idx=round_idx,
@@ -487,16 +476,14 @@ def _propose(
     judgments = read_dataset(run.dataset(r, "judgments"), "judgments")
     rollouts = read_dataset(run.dataset(r, "rollouts"), "rollouts")
     source = run.model_before("env_model", r, em.model.source)
-    model, tokenizer = load_model(source, device=em.model.device, dtype=em.model.dtype)
+    engine = open_engine(em.model, source, "env_model", em.lora_rank)
 
     def ask(prompts: list[Messages], purpose: str, max_new_tokens: int) -> list[str]:
         seeds = [
             derive_seed(config.seed, purpose, r, ref.task_id, ref.task_version)
             for ref, *_ in triggered
         ]
-        outs = generate(
-            model,
-            tokenizer,
+        outs = engine.generate(
             prompts,
             seeds,
             max_new_tokens=max_new_tokens,

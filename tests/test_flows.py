@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import mlflow
+import pandas as pd
 import pytest
 import torch
 from prefect.client.orchestration import get_client
@@ -19,10 +20,11 @@ import tasks.stages
 from flows.ablate import rlanything_ablate
 from flows.evaluate import rlanything_eval
 from flows.train import rlanything_train
-from rlanything_core.config import RunConfig, load_config
+from rlanything_core.config import EngineConfig, RunConfig, load_config
 from rlanything_core.models import resolve_source
 from rlanything_core.rundir import RunDir
 from rlanything_core.schemas import SCHEMAS, read_dataset
+from rlanything_core.services import Service, free_port, serve_command
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = [
@@ -361,3 +363,63 @@ def test_coding_two_rounds_with_unit_test_reward_model(tmp_path: Path) -> None:
         for name in ("policy_accuracy", "rm_ut_accuracy", "rm_detect", "rm_parse_failure_rate"):
             assert 0.0 <= metrics[f"eval/{split}/{name}"] <= 1.0, (split, name)
         read_dataset(tmp_path / "eval" / f"{split}_unit_tests.parquet", "unit_tests")
+
+
+@pytest.fixture(scope="module")
+def served_models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """`rlanything serve` processes for the tiny judge and the tiny policy."""
+    log_dir = tmp_path_factory.mktemp("served")
+    services = {}
+    for source in ("tiny-judge:0", "tiny-policy:0"):
+        port = free_port()
+        command = serve_command(resolve_source(source), port, name=source, device="cpu")
+        services[source] = Service(command, port=port, log_path=log_dir / f"{port}.log").start()
+    yield {name: s.url for name, s in services.items()}
+    for s in services.values():
+        s.stop()
+
+
+def _engine(config: RunConfig, role: str, url: str) -> RunConfig:
+    section = getattr(config, role)
+    model = section.model.model_copy(update={"engine": EngineConfig(kind="openai", url=url)})
+    return config.model_copy(update={role: section.model_copy(update={"model": model})})
+
+
+def test_served_reward_model_gives_the_in_process_verdicts(
+    tmp_path: Path, served_models: dict[str, str]
+) -> None:
+    config = tiny(rounds=1, mode="policy")
+    local, remote = RunDir(tmp_path / "local"), RunDir(tmp_path / "served")
+    rlanything_train(config=config, run_dir=str(local.root))
+    served = _engine(config, "reward_model", served_models["tiny-judge:0"])
+    rlanything_train(config=served, run_dir=str(remote.root))
+    columns = ["task_id", "rollout_idx", "step_idx", "vote_idx", "seed", "reasoning", "verdict"]
+    a = read_dataset(local.dataset(0, "judgments"), "judgments")[columns]
+    b = read_dataset(remote.dataset(0, "judgments"), "judgments")[columns]
+    assert len(a) > 0
+    pd.testing.assert_frame_equal(a, b)
+
+
+def test_policy_served_with_adapter_reload_between_rounds(
+    tmp_path: Path, served_models: dict[str, str]
+) -> None:
+    """The vLLM client path against `rlanything serve`: each round's LoRA policy checkpoint is
+    loaded into the server as an adapter, and the rollouts equal the in-process ones."""
+    config = tiny(rounds=2, mode="outcome_only")
+    update = config.policy.update.model_copy(update={"lora_rank": 4})
+    config = config.model_copy(
+        update={"policy": config.policy.model_copy(update={"update": update})}
+    )
+    local, remote = RunDir(tmp_path / "local"), RunDir(tmp_path / "served")
+    rlanything_train(config=config, run_dir=str(local.root))
+    served = _engine(config, "policy", served_models["tiny-policy:0"])
+    rlanything_train(config=served, run_dir=str(remote.root))
+    assert (remote.checkpoint("policy", 0) / "adapter_config.json").is_file()
+    columns = ["task_id", "rollout_idx", "step_idx", "seed", "checkpoint", "response", "outcome"]
+    for r in range(2):
+        a = read_dataset(local.dataset(r, "rollouts"), "rollouts")[columns]
+        b = read_dataset(remote.dataset(r, "rollouts"), "rollouts")[columns]
+        pd.testing.assert_frame_equal(a, b)
+    assert read_dataset(remote.dataset(1, "rollouts"), "rollouts")["checkpoint"].iloc[0] == (
+        "checkpoints/policy/round_000"
+    )
