@@ -186,7 +186,7 @@ def _user_processes(uid: int) -> int:
     return count
 
 
-def _limited(argv: list[str], limits: Limits, nproc: int, cgroup: Path | None) -> list[str]:
+def _limited(argv: list[str], limits: Limits, nproc: int | None, cgroup: Path | None) -> list[str]:
     """`argv` started by a shell that joins `cgroup` (if any) and by prlimit with the limits.
 
     No preexec_fn: it is unsafe in a threaded parent (coding runs many sandboxes from threads).
@@ -204,7 +204,7 @@ def _limited(argv: list[str], limits: Limits, nproc: int, cgroup: Path | None) -
         f"--cpu={cpu}:{cpu + 1}",
         f"--as={mem}:{mem}",
         f"--fsize={size}:{size}",
-        f"--nproc={nproc}:{nproc}",
+        *([] if nproc is None else [f"--nproc={nproc}:{nproc}"]),  # None: the cgroup caps it
         "--core=0:0",
         "--",
         *argv,
@@ -327,8 +327,10 @@ def run_python(
         argv += [str(write_end), str(inside / main)]
         home = WORK_DIR if level == "bwrap" else str(work)
         env = {"PATH": "/usr/bin:/bin", "HOME": home, "LANG": "C.UTF-8"}
-        nproc = _user_processes(os.getuid()) + limits.processes
         cgroup = _make_cgroup(limits.processes)
+        # The cgroup caps processes when there is one; RLIMIT_NPROC counts every process of the
+        # user, so /proc is scanned only when it is the cap.
+        nproc = None if cgroup else _user_processes(os.getuid()) + limits.processes
         start = time.monotonic()
         try:
             with (

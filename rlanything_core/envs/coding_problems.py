@@ -233,41 +233,36 @@ def problems(split: str) -> list[Problem]:
     return ID_PROBLEMS if split == "id" else OOD_PROBLEMS
 
 
-def generate_coding_specs(
-    split: str, n: int, seed: int, source: Literal["builtin", "humaneval"] = "builtin"
-) -> list[CodingSpec]:
-    """`n` distinct problems of `split`, in an order drawn with `seed`.
+def reference_pairs(
+    split: str,
+    n: int,
+    seed: int,
+    source: Literal["builtin", "humaneval"] = "builtin",
+    setting: str = "warm_start.episodes",
+) -> list[tuple[CodingSpec, str]]:
+    """`n` distinct problems of `split` with their reference solutions, in an order drawn with
+    `seed`. `setting` is what the error tells the user to lower when the set is too small.
 
     source="humaneval": the in-domain split is HumanEval's fully converted problems; the
     out-of-domain split stays the built-in one (problem kinds HumanEval does not train).
     """
-    if source == "humaneval" and split == "id":
-        pool = [t.spec for t in load_humaneval()]
-    else:
-        pool = [parse_coding_spec(p["spec"]) for p in problems(split)]
-    if n > len(pool):
-        raise SpecError(
-            f"asked for {n} {split} coding tasks but the {source} set has {len(pool)}; lower "
-            "environment.num_tasks (or evaluation.num_tasks) to at most that."
-        )
-    order = list(range(len(pool)))
-    random.Random(seed).shuffle(order)
-    return [pool[i] for i in order[:n]]
-
-
-def reference_pairs(
-    split: str, n: int, seed: int, source: Literal["builtin", "humaneval"] = "builtin"
-) -> list[tuple[CodingSpec, str]]:
-    """`n` distinct problems of `split` with their reference solutions (for warm starts)."""
     if source == "humaneval" and split == "id":
         pool = [(t.spec, t.reference) for t in load_humaneval()]
     else:
         pool = [(parse_coding_spec(p["spec"]), str(p["reference"])) for p in problems(split)]
     if n > len(pool):
         raise SpecError(
-            f"asked for {n} {split} coding problems with reference solutions but the {source} set "
-            f"has {len(pool)}; lower warm_start.episodes to at most that."
+            f"asked for {n} {split} coding tasks but the {source} set has {len(pool)}; lower "
+            f"{setting} to at most that."
         )
     order = list(range(len(pool)))
     random.Random(seed).shuffle(order)
     return [pool[i] for i in order[:n]]
+
+
+def generate_coding_specs(
+    split: str, n: int, seed: int, source: Literal["builtin", "humaneval"] = "builtin"
+) -> list[CodingSpec]:
+    """`n` distinct problems of `split` (the draw of `reference_pairs`, without solutions)."""
+    setting = "environment.num_tasks (or evaluation.num_tasks)"
+    return [spec for spec, _ in reference_pairs(split, n, seed, source, setting)]

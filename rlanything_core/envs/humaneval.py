@@ -12,6 +12,7 @@ keeps only problems all of whose assertions convert (108 of the 164).
 from __future__ import annotations
 
 import ast
+import functools
 import gzip
 import json
 from dataclasses import dataclass
@@ -117,7 +118,13 @@ def convert_problem(problem: dict[str, Any]) -> HumanEvalTask | None:
 
 def load_humaneval(*, complete_only: bool = True, path: Path | None = None) -> list[HumanEvalTask]:
     """HumanEval's problems with converted tests, in the file's order."""
-    with gzip.open(path or data_file(), "rt") as f:
-        records = [json.loads(line) for line in f if line.strip()]
-    tasks = [convert_problem(r) for r in records]
+    tasks = _converted(path or data_file())
     return [t for t in tasks if t is not None and not (complete_only and t.dropped_asserts)]
+
+
+@functools.cache
+def _converted(path: Path) -> tuple[HumanEvalTask | None, ...]:
+    """Every record of the file, converted once per process (config checks and evaluation ask
+    for the same tasks again and again)."""
+    with gzip.open(path, "rt") as f:
+        return tuple(convert_problem(json.loads(line)) for line in f if line.strip())
