@@ -41,6 +41,9 @@ class EngineConfig(_Strict):
     """The vLLM executable of the separate vLLM environment (`make vllm-env`)."""
     serve_args: list[str] = []
     """Extra `vllm serve` flags, e.g. ["--gpu-memory-utilization", "0.45"]."""
+    gpus: str | None = None
+    """The GPUs a started `vllm serve` sees (its CUDA_VISIBLE_DEVICES, e.g. "0,1"); None = all
+    of this process's."""
     concurrency: int = Field(16, ge=1)
     """Requests in flight at once."""
     retries: int = Field(4, ge=0)
@@ -75,6 +78,17 @@ class ModelConfig(_Strict):
     """How it samples: in this process (default) or from a server."""
 
 
+class DistributedConfig(_Strict):
+    """How many processes share one update (README "Distributed updates")."""
+
+    processes: int = Field(1, ge=1)
+    """Processes on this node (torchrun --nproc-per-node; one per GPU on a GPU node). 1 = the
+    update runs in the flow's own process."""
+    strategy: Literal["ddp", "fsdp"] = "ddp"
+    """ddp: a whole replica per process, gradients all-reduced. fsdp: parameters, gradients and
+    optimizer state sharded over the processes (FSDP2), for models too big for one device."""
+
+
 class UpdateConfig(_Strict):
     """One RL update of a trained model with the PPO-clip + k3 loss (METHOD.md §1)."""
 
@@ -98,6 +112,8 @@ class UpdateConfig(_Strict):
     """Gradient-norm clip per optimizer step."""
     max_samples: int | None = Field(None, ge=1)
     """Train on at most this many samples per round (a seeded random subset); None = all."""
+    distributed: DistributedConfig = DistributedConfig()
+    """Spread the update over several processes with torchrun."""
 
 
 class WarmStartConfig(_Strict):
@@ -218,6 +234,23 @@ class PolicyConfig(_Strict):
     """Train only on tasks whose round accuracy is in [low, high]. METHOD.md: [1/8, 7/8]."""
     drop_zero_advantage: bool = True
     """Drop samples whose advantage is exactly 0 (they carry no gradient)."""
+    rollout_workers: int = Field(1, ge=1)
+    """Processes that play a round's tasks in parallel, each with its own copy of the policy: a
+    Dask cluster through prefect-dask. In-process ("hf") engine only: a served engine batches
+    the requests of one process by itself (`engine.concurrency`)."""
+    rollout_cluster: str | None = None
+    """Address of a running Dask scheduler (e.g. "tcp://10.0.0.5:8786") that gets the
+    `rollout_workers` shards, instead of a local cluster: rollouts over several machines."""
+
+    @model_validator(mode="after")
+    def _parallel_rollouts_need_hf(self) -> PolicyConfig:
+        if (self.rollout_workers > 1 or self.rollout_cluster) and self.model.engine.kind != "hf":
+            raise ValueError(
+                f"policy.rollout_workers > 1 (or rollout_cluster) plays with in-process models, "
+                f"but policy.model.engine.kind is {self.model.engine.kind!r}; set "
+                "rollout_workers: 1 and raise policy.model.engine.concurrency instead"
+            )
+        return self
 
 
 class RewardModelConfig(_Strict):

@@ -261,7 +261,10 @@ def _vllm_url(engine: EngineConfig, role: str, model_path: str, lora_rank: int) 
         lora_rank=lora_rank,
         extra=engine.serve_args,
     )
-    service = Service(command, port=port, startup_timeout_s=engine.startup_timeout_s).start()
+    gpus = {} if engine.gpus is None else {"CUDA_VISIBLE_DEVICES": engine.gpus}
+    service = Service(
+        command, port=port, startup_timeout_s=engine.startup_timeout_s, env=gpus
+    ).start()
     _STARTED[role] = (service, model_path)
     return service.url
 

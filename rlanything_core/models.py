@@ -20,6 +20,7 @@ Choices (METHOD.md §1, policy loss):
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,11 +28,13 @@ from typing import Any
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
+from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from rlanything_core.atomic import atomic_dir
 from rlanything_core.default_model import EMBEDDED_DEFAULT, ModelNotFoundError, ensure_default_model
+from rlanything_core.distributed import Group
 from rlanything_core.losses import ppo_clip_k3_loss
 
 Messages = Sequence[dict[str, str]]
@@ -83,7 +86,12 @@ def pick_device(device: str = "auto") -> torch.device:
 
 
 def load_tokenizer(source: str) -> PreTrainedTokenizerBase:
-    tokenizer = AutoTokenizer.from_pretrained(resolve_source(source))
+    """The tokenizer of `source`; an adapter saved without one uses its base model's."""
+    path = resolve_source(source)
+    adapter_cfg = Path(path) / "adapter_config.json"
+    if adapter_cfg.is_file() and not (Path(path) / "tokenizer_config.json").is_file():
+        path = resolve_source(json.loads(adapter_cfg.read_text())["base_model_name_or_path"])
+    tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.chat_template is None:
         raise ValueError(
             f"the tokenizer of {source!r} has no chat template; use an instruct/chat model or add "
@@ -121,11 +129,8 @@ def load_model(
         else getattr(torch, dtype)
     )
     adapter_cfg = Path(path) / "adapter_config.json"
-    tokenizer_path = path
     if adapter_cfg.is_file():
         base_source = json.loads(adapter_cfg.read_text())["base_model_name_or_path"]
-        if not (Path(path) / "tokenizer_config.json").is_file():  # an adapter saved alone
-            tokenizer_path = resolve_source(base_source)
         base = AutoModelForCausalLM.from_pretrained(resolve_source(base_source), dtype=torch_dtype)
         peft_model = PeftModel.from_pretrained(base, path, is_trainable=trainable)
         model: Any = peft_model if trainable else peft_model.merge_and_unload()
@@ -144,7 +149,7 @@ def load_model(
             )
     model.to(dev)
     model.train(trainable)
-    return model, load_tokenizer(tokenizer_path)
+    return model, load_tokenizer(path)
 
 
 def save_checkpoint(
@@ -247,7 +252,7 @@ def _decode_batch(
     stop: set[int],
     pad_id: int,
 ) -> list[tuple[list[int], list[float], bool]]:
-    device = model.device
+    device = next(model.parameters()).device
     batch = len(prompt_ids)
     # Prefill each distinct prompt once (e.g. the m votes on one step), then copy its KV cache.
     unique: dict[tuple[int, ...], int] = {}
@@ -324,7 +329,7 @@ def response_logprobs(
     Returns:
         logp: (B, R) log-probs, R = longest response; mask: (B, R) 1.0 on real response tokens.
     """
-    device = model.device
+    device = next(model.parameters()).device
     batch = len(prompt_ids)
     p_width = max(len(p) for p in prompt_ids)
     r_width = max(len(r) for r in response_ids)
@@ -377,11 +382,14 @@ def ppo_update(
     optimizer_steps: int = 4,
     micro_batch_size: int = 4,
     max_grad_norm: float = 1.0,
+    group: Group | None = None,
     on_step: Callable[[int], None] | None = None,
 ) -> dict[str, float]:
     """One RL update: recompute old log-probs, then `optimizer_steps` steps on equal mini-batches.
 
     The loss is `ppo_clip_k3_loss` with the old log-probs as both π_old and the KL reference.
+    In a `group` of processes (distributed.py) every process takes its share of each mini-batch
+    and `model` is the wrapped one; the gradient is the mean over the whole mini-batch either way.
 
     Returns:
         Means over optimizer steps of loss, policy_loss, kl, clip_fraction, ratio_mean and
@@ -389,13 +397,18 @@ def ppo_update(
     """
     if not samples:
         raise ValueError("ppo_update needs at least one sample; skip the update when none is kept")
+    group = group or Group()
     model.train()
     steps = max(1, min(optimizer_steps, len(samples)))
     chunks = [list(range(len(samples)))[k::steps] for k in range(steps)]
-    micro_batches = [
-        [chunk[i : i + micro_batch_size] for i in range(0, len(chunk), micro_batch_size)]
-        for chunk in chunks
-    ]
+    # Every process runs as many micro-batches as the one with the largest share; an empty one
+    # re-runs the chunk's first sample with weight 0, so that the collectives stay in step.
+    plan: list[list[tuple[list[int], float]]] = []  # per mini-batch: (sample indices, weight)
+    for chunk in chunks:
+        mine = group.take(chunk)
+        count = max(1, math.ceil(math.ceil(len(chunk) / group.world_size) / micro_batch_size))
+        parts = [mine[i * micro_batch_size : (i + 1) * micro_batch_size] for i in range(count)]
+        plan.append([(part or chunk[:1], len(part) / len(chunk)) for part in parts])
 
     def logprobs(idx: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         return response_logprobs(
@@ -409,28 +422,33 @@ def ppo_update(
     # Old log-probs from the loaded checkpoint, batched exactly as the updates are batched, so
     # that π_new = π_old holds bit for bit before the first step (padding changes rounding).
     with torch.no_grad():
-        old = [[logprobs(idx)[0] for idx in micros] for micros in micro_batches]
+        old = [[logprobs(idx)[0] for idx, _ in micros] for micros in plan]
 
     params = [p for p in model.parameters() if p.requires_grad]
     totals: dict[str, float] = {}
-    for chunk, micros, old_logps in zip(chunks, micro_batches, old, strict=True):
+    grad_norms = 0.0
+    for micros, old_logps in zip(plan, old, strict=True):
         optimizer.zero_grad(set_to_none=True)
-        for idx, old_logp in zip(micros, old_logps, strict=True):
-            logp, mask = logprobs(idx)
-            adv = torch.tensor([samples[i].advantage for i in idx], device=logp.device)
-            loss, metrics = ppo_clip_k3_loss(
-                logp, old_logp, old_logp, adv, mask, clip_eps=clip_eps, kl_beta=kl_beta
-            )
-            weight = len(idx) / len(chunk)
-            (loss * weight).backward()
+        for k, ((idx, weight), old_logp) in enumerate(zip(micros, old_logps, strict=True)):
+            with group.accumulating(model, sync=k == len(micros) - 1):
+                logp, mask = logprobs(idx)
+                adv = torch.tensor([samples[i].advantage for i in idx], device=logp.device)
+                loss, metrics = ppo_clip_k3_loss(
+                    logp, old_logp, old_logp, adv, mask, clip_eps=clip_eps, kl_beta=kl_beta
+                )
+                # The group averages gradients over its processes: scale back to a sum.
+                (loss * weight * group.world_size).backward()
             metrics["loss"] = loss.item()
             for key, value in metrics.items():
                 totals[key] = totals.get(key, 0.0) + value * weight / steps
         grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
         optimizer.step()
-        totals["grad_norm"] = totals.get("grad_norm", 0.0) + float(grad_norm) / steps
+        full = grad_norm.full_tensor() if isinstance(grad_norm, DTensor) else grad_norm
+        grad_norms += float(full) / steps
         if on_step is not None:
             on_step(1)
+    totals = group.all_sum(totals)
+    totals["grad_norm"] = grad_norms
     totals["samples"] = float(len(samples))
     return totals
 

@@ -71,6 +71,7 @@ class Service:
         url: str | None = None,
         startup_timeout_s: float = 600.0,
         log_path: str | Path | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         if (command is None) == (url is None):
             raise ValueError("give either a command to start or the URL of a running server")
@@ -78,13 +79,14 @@ class Service:
         self.url = url or f"http://127.0.0.1:{port}"
         self.startup_timeout_s = startup_timeout_s
         self.log_path = Path(log_path) if log_path else None
+        self.env = env or {}
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Service:
         if self.command is None:
             self._wait_healthy(None)
             return self
-        env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+        env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", **self.env}
         log = self.log_path.open("ab") if self.log_path else subprocess.DEVNULL
         self.process = subprocess.Popen(
             self.command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True

@@ -5,6 +5,12 @@ for warm starts (and by RLoop's rejection-sampling fine-tuning).
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import subprocess
+import sys
+import tempfile
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -13,13 +19,17 @@ import numpy as np
 import pandas as pd
 import torch
 
+from rlanything_core.atomic import atomic_path
 from rlanything_core.config import UpdateConfig
 from rlanything_core.demos import Demo
+from rlanything_core.distributed import Group, join_group, leave_group
 from rlanything_core.models import (
     TrainSample,
     encode_chat,
     load_model,
+    load_tokenizer,
     make_optimizer,
+    pick_device,
     ppo_update,
     response_logprobs,
     save_checkpoint,
@@ -92,35 +102,147 @@ def rl_update(
     temperature: float,
     seed: int,
     on_step: Callable[[int], None] | None = None,
+    group: Group | None = None,
 ) -> dict[str, float]:
     """Load `source` for training, update it on the samples, save the result to `out_dir`.
 
     `build_samples(eos_id)` returns the samples (it needs the tokenizer's EOS id). With no
-    sample the model is saved unchanged and the metrics say `skipped = 1`.
+    sample the model is saved unchanged and the metrics say `skipped = 1`. When
+    `update.distributed.processes` > 1 the update runs in that many torchrun processes
+    (distributed.py); `group` is set inside them.
     """
+    if group is None and update.distributed.processes > 1:
+        samples = build_samples(load_tokenizer(source).eos_token_id)
+        if samples:  # else nothing to spread: this process saves the unchanged model
+            return _launch(
+                source, out_dir, samples, update, device, dtype, temperature, seed, on_step
+            )
+    group = group or Group()
     model, tokenizer = _load_trainable(
         source, device, dtype, update.lora_rank, update.lora_alpha, seed, "update"
     )
     samples = build_samples(tokenizer.eos_token_id)
-    if samples:
-        metrics = ppo_update(
-            model,
-            make_optimizer(model, lr=update.lr, weight_decay=update.weight_decay),
-            samples,
-            pad_id=tokenizer.pad_token_id,
-            temperature=temperature,
-            clip_eps=update.clip_eps,
-            kl_beta=update.kl_beta,
-            optimizer_steps=update.optimizer_steps,
-            micro_batch_size=update.micro_batch_size,
-            max_grad_norm=update.max_grad_norm,
-            on_step=on_step,
+    if not samples:
+        if group.is_main:
+            save_checkpoint(model, tokenizer, out_dir)
+        return {"samples": 0.0, "skipped": 1.0}
+    trained = group.wrap(model)
+    metrics = ppo_update(
+        trained,
+        make_optimizer(trained, lr=update.lr, weight_decay=update.weight_decay),
+        samples,
+        pad_id=tokenizer.pad_token_id,
+        temperature=temperature,
+        clip_eps=update.clip_eps,
+        kl_beta=update.kl_beta,
+        optimizer_steps=update.optimizer_steps,
+        micro_batch_size=update.micro_batch_size,
+        max_grad_norm=update.max_grad_norm,
+        group=group,
+        on_step=on_step,
+    )
+    metrics["skipped"] = 0.0
+    gathered = group.full_state_dict(trained)
+    if gathered is not None:  # FSDP: the shards, gathered into an unsharded copy
+        model, _ = _load_trainable(
+            source, "cpu", dtype, update.lora_rank, update.lora_alpha, seed, "update"
         )
-        metrics["skipped"] = 0.0
-    else:
-        metrics = {"samples": 0.0, "skipped": 1.0}
-    save_checkpoint(model, tokenizer, out_dir)
+        model.load_state_dict(gathered)
+    if group.is_main:
+        save_checkpoint(model, tokenizer, out_dir)
     return metrics
+
+
+def _launch(
+    source: str,
+    out_dir: str | Path,
+    samples: list[TrainSample],
+    update: UpdateConfig,
+    device: str,
+    dtype: str,
+    temperature: float,
+    seed: int,
+    on_step: Callable[[int], None] | None,
+) -> dict[str, float]:
+    """Run the update in `update.distributed.processes` torchrun processes; their metrics."""
+    with tempfile.TemporaryDirectory(prefix="rlanything-update-") as tmp:
+        work = Path(tmp)
+        pd.DataFrame([dataclasses.asdict(s) for s in samples]).to_parquet(work / "samples.parquet")
+        job = {
+            "source": source,
+            "out_dir": str(out_dir),
+            "update": update.model_dump(),
+            "device": device,
+            "dtype": dtype,
+            "temperature": temperature,
+            "seed": seed,
+        }
+        (work / "job.json").write_text(json.dumps(job))
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={update.distributed.processes}",
+            "--module",
+            "rlanything_core.training",
+            str(work),
+        ]
+        progress, done = work / "progress", 0
+        with (work / "output.log").open("wb") as log:
+            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+            while proc.poll() is None or done < _size(progress):
+                time.sleep(0.2)
+                steps = _size(progress)
+                if on_step is not None and steps > done:
+                    on_step(steps - done)
+                done = steps
+        if proc.returncode != 0:
+            tail = (work / "output.log").read_text(errors="replace")[-4000:]
+            raise RuntimeError(
+                f"the distributed update ({update.distributed.processes} processes, "
+                f"{update.distributed.strategy}) failed with exit status {proc.returncode}; "
+                f"its output ends:\n{tail}"
+            )
+        return json.loads((work / "metrics.json").read_text())
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
+
+
+def _worker(work: Path) -> None:
+    """One torchrun process of `_launch`: join the group, update, rank 0 reports."""
+    job = json.loads((work / "job.json").read_text())
+    update = UpdateConfig.model_validate(job["update"])
+    cuda = pick_device(job["device"]).type == "cuda"
+    group, device = join_group(update.distributed.strategy, cuda=cuda)
+    try:
+        frame = pd.read_parquet(work / "samples.parquet")
+        samples = [
+            TrainSample(
+                [int(t) for t in r.prompt_ids], [int(t) for t in r.response_ids], float(r.advantage)
+            )
+            for r in frame.itertuples()
+        ]
+        with (work / "progress").open("ab", buffering=0) as progress:
+            metrics = rl_update(
+                job["source"],
+                job["out_dir"],
+                lambda _eos: samples,
+                update,
+                device=device,
+                dtype=job["dtype"],
+                temperature=job["temperature"],
+                seed=job["seed"],
+                on_step=(lambda n: progress.write(b"." * n)) if group.is_main else None,
+                group=group,
+            )
+        if group.is_main:
+            with atomic_path(work / "metrics.json") as tmp:
+                tmp.write_text(json.dumps(metrics))
+    finally:
+        leave_group()
 
 
 def sft_update(
@@ -212,3 +334,7 @@ def sft_finetune(
     )
     save_checkpoint(model, tokenizer, out_dir)
     return metrics, pairs
+
+
+if __name__ == "__main__":
+    _worker(Path(sys.argv[1]))

@@ -7,9 +7,15 @@ and write their (empty) datasets, so every round has the same files.
 
 from __future__ import annotations
 
+import itertools
 import math
+import os
 
 import pandas as pd
+import torch
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from prefect_dask import DaskTaskRunner
 
 from rlanything_core.adaptation import accept_candidate, adaptation_direction
 from rlanything_core.coding_demos import (
@@ -45,7 +51,7 @@ from rlanything_core.signals import (
 )
 from rlanything_core.training import rl_update, select_samples, sft_finetune
 from rlanything_core.unit_tests import run_generated_tests, write_tests
-from tasks.common import progress, stage_task
+from tasks.common import progress, retry_if_transient, stage_task
 
 Outputs = dict[str, str]
 Metrics = dict[str, float]
@@ -120,18 +126,90 @@ def judge_steps(
 def _play(
     config: RunConfig, run: RunDir, r: int, source: str, tasks: list[TaskRef], purpose: str
 ) -> list[dict[str, object]]:
-    """The policy `source` plays every task G times."""
+    """The policy `source` plays every task G times: here, or sharded over
+    `policy.rollout_workers` Dask worker processes (prefect-dask) in task order, so that the rows
+    come out as one process would write them."""
+    workers = min(config.policy.rollout_workers, len(tasks))
+    if not tasks or (workers <= 1 and not config.policy.rollout_cluster):
+        engine = open_engine(config.policy.model, source, "policy", config.policy.update.lora_rank)
+        return play_tasks(
+            config,
+            engine,
+            tasks,
+            rollouts_per_task=config.rollouts_per_task,
+            round_idx=r,
+            base_seed=config.seed,
+            checkpoint=run.label(source),
+            purpose=purpose,
+            description=f"round {r} {purpose}",
+        )
+    bounds = [len(tasks) * k // workers for k in range(workers + 1)]
+    shards = [tasks[a:b] for a, b in itertools.pairwise(bounds)]
+    if config.policy.rollout_cluster:
+        runner = DaskTaskRunner(address=config.policy.rollout_cluster)
+        threads = None  # the remote workers' own machines decide
+    else:
+        runner = DaskTaskRunner(
+            cluster_kwargs={"n_workers": len(shards), "threads_per_worker": 1, "processes": True}
+        )
+        threads = max(1, (os.cpu_count() or 1) // len(shards))  # the cores, shared out
+    total = len(tasks) * config.rollouts_per_task
+    description = f"round {r} {purpose} ({len(shards)} workers)"
+    with progress(description, total=total) as advance, runner:
+        futures = [
+            runner.submit(
+                play_shard,
+                parameters={
+                    "config": config,
+                    "source": source,
+                    "tasks": shard,
+                    "shard": k,
+                    "round_idx": r,
+                    "checkpoint": run.label(source),
+                    "purpose": purpose,
+                    "threads": threads,
+                },
+            )
+            for k, shard in enumerate(shards)
+        ]
+        rows: list[dict[str, object]] = []
+        for future, shard in zip(futures, shards, strict=True):
+            rows += future.result()
+            advance(len(shard) * config.rollouts_per_task)
+    return rows
+
+
+@task(
+    name="rollout-shard",
+    task_run_name="{purpose}-shard-{shard}-round-{round_idx}",
+    cache_policy=NO_CACHE,
+    retries=2,
+    retry_condition_fn=retry_if_transient,
+)
+def play_shard(
+    config: RunConfig,
+    source: str,
+    tasks: list[TaskRef],
+    shard: int,
+    round_idx: int,
+    checkpoint: str,
+    purpose: str,
+    threads: int | None,
+) -> list[dict[str, object]]:
+    """One worker's share of `_play`: its own copy of the policy plays its tasks G times."""
+    if threads is not None:
+        torch.set_num_threads(threads)
     engine = open_engine(config.policy.model, source, "policy", config.policy.update.lora_rank)
-    return play_tasks(
-        config,
+    return play(
         engine,
         tasks,
         rollouts_per_task=config.rollouts_per_task,
-        round_idx=r,
+        round_idx=round_idx,
         base_seed=config.seed,
-        checkpoint=run.label(source),
+        checkpoint=checkpoint,
+        sampling=_sampling(config.policy.model, config),
         purpose=purpose,
-        description=f"round {r} {purpose}",
+        runner=config.environment.sandbox.runner(),
     )
 
 

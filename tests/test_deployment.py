@@ -14,14 +14,19 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_deployment_entrypoint_and_parameters() -> None:
     spec = yaml.safe_load((ROOT / "deployments" / "prefect.yaml").read_text())
-    (deployment,) = spec["deployments"]
-    module, _, name = deployment["entrypoint"].partition(":")
-    assert (ROOT / module).is_file() and name == rlanything_train.fn.__name__
-    assert deployment["schedules"][0]["cron"] == "0 2 * * *"
-    config = RunConfig.model_validate(deployment["parameters"]["config"])
-    # the deployment runs the tiny config, apart from where its runs are tracked
+    deployments = {d["name"]: d for d in spec["deployments"]}
+    assert set(deployments) == {"nightly-tiny", "gpu-node"}
+    for deployment in deployments.values():
+        module, _, name = deployment["entrypoint"].partition(":")
+        assert (ROOT / module).is_file() and name == rlanything_train.fn.__name__
+    nightly = deployments["nightly-tiny"]
+    assert nightly["schedules"][0]["cron"] == "0 2 * * *"
+    config = RunConfig.model_validate(nightly["parameters"]["config"])
+    # the nightly deployment runs the tiny config, apart from where its runs are tracked
     tiny = load_config(ROOT / "configs" / "tiny.yaml")
     assert config.model_copy(update={"tracking": tiny.tracking}) == tiny
+    gpu = RunConfig.model_validate(deployments["gpu-node"]["parameters"]["config"])
+    assert gpu == load_config(ROOT / "configs" / "gpu-node.yaml")
 
 
 def test_flow_parameters_render_as_a_form() -> None:

@@ -423,3 +423,39 @@ def test_policy_served_with_adapter_reload_between_rounds(
     assert read_dataset(remote.dataset(1, "rollouts"), "rollouts")["checkpoint"].iloc[0] == (
         "checkpoints/policy/round_000"
     )
+
+
+def test_sharded_rollouts_and_two_process_updates_give_the_one_process_round(
+    tmp_path: Path,
+) -> None:
+    """policy.rollout_workers: 2 (a local Dask cluster through prefect-dask) and
+    update.distributed.processes: 2 (torchrun, gloo) in the flow: the same rollouts as one
+    process, shard tasks visible in Prefect, and the same checkpoint within float rounding."""
+    config = tiny(rounds=1, mode="policy")  # outcome-only: tiny policies fail alike, A = 0
+    distributed = config.policy.update.distributed.model_copy(update={"processes": 2})
+    parallel = config.model_copy(
+        update={
+            "policy": config.policy.model_copy(
+                update={
+                    "rollout_workers": 2,
+                    "update": config.policy.update.model_copy(update={"distributed": distributed}),
+                }
+            )
+        }
+    )
+    one, two = RunDir(tmp_path / "one"), RunDir(tmp_path / "two")
+    rlanything_train(config=config, run_dir=str(one.root))
+    summary = rlanything_train(config=parallel, run_dir=str(two.root))
+    columns = ["task_id", "rollout_idx", "step_idx", "seed", "checkpoint", "response", "outcome"]
+    a = read_dataset(one.dataset(0, "rollouts"), "rollouts")[columns]
+    b = read_dataset(two.dataset(0, "rollouts"), "rollouts")[columns]
+    assert len(a) > 0
+    pd.testing.assert_frame_equal(a, b)
+    start = _weights(Path(resolve_source("tiny-policy:0")))
+    wa, wb = _weights(one.checkpoint("policy", 0)), _weights(two.checkpoint("policy", 0))
+    assert max(float((wa[k] - start[k]).abs().max()) for k in wa) > 1e-4  # the update moved
+    for name in wa:
+        torch.testing.assert_close(wb[name], wa[name], atol=1e-5, rtol=1e-4, msg=name)
+    names = [t.name for t in _task_runs(summary["prefect_flow_run_ids"][-1])]
+    shards = sorted(n for n in names if n.startswith("rollout-shard"))
+    assert shards == ["rollout-shard-0-round-0", "rollout-shard-1-round-0"], names

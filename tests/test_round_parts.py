@@ -189,14 +189,17 @@ def test_next_pool_replaces_accepted_parents_and_keeps_history() -> None:
 
 
 def test_config_files_load_and_errors_name_the_field(tmp_path: Path) -> None:
-    for name in ("tiny", "demo", "ablation-household"):
-        assert isinstance(load_config(ROOT / "configs" / f"{name}.yaml"), RunConfig)
+    for path in sorted((ROOT / "configs").glob("*.yaml")):
+        assert isinstance(load_config(path), RunConfig), path
     with pytest.raises(ConfigError, match=r"rollouts_per_task must be at least 2.*You provided 1"):
         parse_config({"rollouts_per_task": 1})
     with pytest.raises(ConfigError, match=r"policy\.updat: Extra inputs are not permitted"):
         parse_config({"policy": {"updat": {}}})
     with pytest.raises(ConfigError, match=r"adaptation.alpha_low must be below"):
         parse_config({"adaptation": {"alpha_low": 0.9, "alpha_high": 0.5}})
+    served = {"engine": {"kind": "vllm"}}
+    with pytest.raises(ConfigError, match=r"rollout_workers > 1.*engine.concurrency"):
+        parse_config({"policy": {"model": served, "rollout_workers": 2}})
     with pytest.raises(ConfigError, match=r"reward_model\.accuracy_band must satisfy"):
         parse_config({"reward_model": {"accuracy_band": [0.9, 0.1]}})
     with pytest.raises(ConfigError, match=r"environment: .*num_rooms range \[2, 1\] is invalid"):
