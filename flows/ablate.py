@@ -19,11 +19,12 @@ import numpy as np
 import pandas as pd
 from prefect import flow
 
-from flows.evaluate import rlanything_eval
+from flows.evaluate import SPLITS, policy_metrics, rlanything_eval
 from flows.tracking import plot_rows
 from flows.train import rlanything_train
 from rlanything_core.config import Mode, RunConfig
-from rlanything_core.rundir import RunDir, write_json
+from rlanything_core.rundir import WARM_START, RunDir, write_json
+from rlanything_core.schemas import read_dataset
 from tasks.stages import warm_start
 
 ROWS: tuple[tuple[str, Mode | None], ...] = (
@@ -54,7 +55,7 @@ def rlanything_ablate(config: RunConfig, seeds: int, out_dir: str) -> dict[str, 
     """Train and evaluate every row for seeds 0..seeds−1 (config.seed + k); write
     ablation.json, ablation.md and per-round plots to `out_dir`."""
     out = Path(out_dir).resolve()
-    config = _warm_started(config, RunDir(out / "warm_start"))
+    config = warm_started(config, RunDir(out / "warm_start"))
     results: dict[str, list[dict[str, float]]] = {}
     curves: dict[str, list[list[dict[str, float]]]] = {}
     for name, mode in ROWS:
@@ -76,6 +77,9 @@ def rlanything_ablate(config: RunConfig, seeds: int, out_dir: str) -> dict[str, 
                     out_dir=str(cell / "eval"),
                 )
             metrics = json.loads((cell / "eval" / "eval.json").read_text())
+            for split in SPLITS:  # pass@k from the eval's rollouts (also for older eval.json)
+                rollouts = read_dataset(cell / "eval" / f"{split}_rollouts.parquet", "rollouts")
+                metrics |= policy_metrics(split, rollouts)
             rounds = _rounds(run)
             accepted = 0.0 if mode != "env" else float(rounds[-1]["env/accepted_tasks_total"])
             results.setdefault(name, []).append(
@@ -92,7 +96,7 @@ def rlanything_ablate(config: RunConfig, seeds: int, out_dir: str) -> dict[str, 
     return summary
 
 
-def _warm_started(config: RunConfig, run: RunDir) -> RunConfig:
+def warm_started(config: RunConfig, run: RunDir) -> RunConfig:
     """Run the config's warm starts once in `run` (resumable) and return the config with the
     warm-started checkpoints as model sources and warm starts off; unchanged without any."""
     roles: dict[str, Any] = {
@@ -104,7 +108,7 @@ def _warm_started(config: RunConfig, run: RunDir) -> RunConfig:
         return config
     every_model = config.model_copy(update={"mode": "env"})  # warm the RM even if a row skips it
     run.init(every_model)
-    outputs = warm_start(every_model, str(run.root), -1)["outputs"]
+    outputs = warm_start(every_model, str(run.root), WARM_START)["outputs"]
     update = {}
     for name, role in roles.items():
         off = role.warm_start.model_copy(update={"enabled": False})
@@ -128,23 +132,37 @@ def _summarize(results: dict[str, list[dict[str, float]]]) -> dict[str, dict[str
         frame = pd.DataFrame(cells)
         summary[name] = {
             key: [float(frame[key].mean()), float(np.std(frame[key].to_numpy()))]
-            for key, _ in COLUMNS
-            if key in frame
+            for key in frame.columns
+            if frame[key].notna().all()
         }
     return summary
 
 
 def _markdown(summary: dict[str, dict[str, list[float]]], seeds: int, rounds: int) -> str:
-    header = "| Row | " + " | ".join(label for _, label in COLUMNS) + " |"
+    """Table 1's columns, then pass@k on the same held-out sets; mean ± std, in %."""
+    ks = sorted(
+        {int(key.rsplit("_", 1)[1]) for row in summary.values() for key in row if "pass_at_" in key}
+    )
+    passes = [
+        (f"eval/{split}/pass_at_{k}", f"{split.upper()} pass@{k}") for split in SPLITS for k in ks
+    ]
+    lines = [f"Mean ± std over {seeds} seed(s), {rounds} round(s) per run; accuracies in %.", ""]
+    lines += _table(summary, COLUMNS)
+    lines += ["", "pass@k on the same held-out sets, in %:", ""]
+    lines += _table(summary, tuple(passes))
+    return "\n".join(lines) + "\n"
+
+
+def _table(
+    summary: dict[str, dict[str, list[float]]], columns: tuple[tuple[str, str], ...]
+) -> list[str]:
     lines = [
-        f"Mean ± std over {seeds} seed(s), {rounds} round(s) per run; accuracies in %.",
-        "",
-        header,
-        "|" + "---|" * (len(COLUMNS) + 1),
+        "| Row | " + " | ".join(label for _, label in columns) + " |",
+        "|" + "---|" * (len(columns) + 1),
     ]
     for name, _ in ROWS:
         cells = []
-        for key, _ in COLUMNS:
+        for key, _ in columns:
             if key not in summary[name]:
                 cells.append("–")
                 continue
@@ -152,4 +170,4 @@ def _markdown(summary: dict[str, dict[str, list[float]]], seeds: int, rounds: in
             scale = 1.0 if key == "accepted_tasks" else 100.0
             cells.append(f"{mean * scale:.1f} ± {std * scale:.1f}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return lines

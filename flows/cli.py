@@ -4,6 +4,7 @@ rlanything train --config FILE [--rounds N] [--run-dir DIR] [--seed S]
 rlanything resume --run-dir DIR
 rlanything eval --config FILE --policy CKPT [--reward-model CKPT] [--out DIR]
 rlanything ablate --config FILE --seeds N [--rounds R] --out DIR
+rlanything rloop --config FILE [--cycles C] [--run-dir DIR]
 rlanything sandbox run PROGRAM.py [--stdin FILE] [--timeout S] [--isolation LEVEL]
 rlanything humaneval --out FILE.parquet [--all]
 rlanything serve --model PATH [--port P] [--host H] [--name NAME]
@@ -138,6 +139,38 @@ def _ablate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rloop(args: argparse.Namespace) -> int:
+    from rlanything_core.config import load_config
+
+    config = load_config(args.config)
+    if args.cycles is not None:
+        config = config.model_copy(
+            update={"rloop": config.rloop.model_copy(update={"cycles": args.cycles})}
+        )
+    run_dir = args.run_dir or f"runs/{Path(args.config).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    _prefect_defaults()
+    from flows.rloop import rlanything_rloop
+
+    start = time.perf_counter()
+    summary = rlanything_rloop(config=config, run_dir=run_dir)
+    table = Table(title=f"rlanything rloop: {summary['run_dir']}")
+    keys = sorted({k for cycle in summary["cycles"] for k in cycle if k.startswith("rloop/")})
+    table.add_column("cycle", justify="right")
+    table.add_column("train accuracy per round")
+    for key in keys:
+        table.add_column(key.removeprefix("rloop/"), justify="right")
+    for cycle in summary["cycles"]:
+        accuracy = " ".join(f"{a:.2f}" for a in cycle["train_accuracy"])
+        cells = [f"{cycle[k]:.3g}" if k in cycle else "–" for k in keys]
+        table.add_row(str(cycle["cycle"]), accuracy, *cells)
+    console.print(table)
+    console.print(
+        f"finished in {time.perf_counter() - start:.0f} s; files in {summary['run_dir']}; "
+        f"MLflow UI: {summary['mlflow_ui']}"
+    )
+    return 0
+
+
 def _sandbox_run(args: argparse.Namespace) -> int:
     from rlanything_core import sandbox
 
@@ -228,6 +261,11 @@ def main(argv: list[str] | None = None) -> int:
     ab.add_argument("--rounds", type=int, help="override the config's number of rounds")
     ab.add_argument("--out", required=True, help="output directory (resumable)")
     ab.set_defaults(func=_ablate)
+    rl = sub.add_parser("rloop", help="RLoop: cycles of RL rounds and fine-tuning on successes")
+    rl.add_argument("--config", required=True, help="YAML config (its rloop section)")
+    rl.add_argument("--cycles", type=int, help="override rloop.cycles")
+    rl.add_argument("--run-dir", help="where the run's files go (default runs/<config>-<time>)")
+    rl.set_defaults(func=_rloop)
     sb = sub.add_parser("sandbox", help="run untrusted code the way training runs it")
     sb_sub = sb.add_subparsers(dest="sandbox_command", required=True)
     sb_run = sb_sub.add_parser("run", help="run one program; print its JSON verdict")

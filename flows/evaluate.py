@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 from prefect import flow
 
 from flows.tracking import log_evaluation
 from rlanything_core.config import RunConfig
 from rlanything_core.engines import open_engine
+from rlanything_core.rloop import pass_at_k
 from rlanything_core.rollout import TaskRef
 from rlanything_core.rundir import write_json
 from rlanything_core.schemas import read_dataset, rows_frame, write_dataset
@@ -28,10 +30,15 @@ SPLITS = ("id", "ood")
 
 @flow(name="rlanything-eval")
 def rlanything_eval(
-    config: RunConfig, policy: str, reward_model: str | None = None, out_dir: str = "runs/eval"
+    config: RunConfig,
+    policy: str,
+    reward_model: str | None = None,
+    out_dir: str = "runs/eval",
+    parent_run_id: str | None = None,
 ) -> dict[str, float]:
-    """Policy accuracy per split; with a reward model also its process and outcome accuracy and
-    parse-failure rate on the same steps."""
+    """Policy accuracy and pass@k per split; with a reward model also its process and outcome
+    accuracy and parse-failure rate on the same steps. The MLflow run is nested under
+    `parent_run_id` when given."""
     out = Path(out_dir)
     ev, env = config.evaluation, config.environment
     policy_engine = open_engine(
@@ -66,9 +73,7 @@ def rlanything_eval(
             rows_frame(rows, "rollouts"), out / f"{split}_rollouts.parquet", "rollouts"
         )
         rollouts = read_dataset(path, "rollouts")
-        episodes = rollouts.drop_duplicates(["task_id", "rollout_idx"])
-        metrics[f"eval/{split}/policy_accuracy"] = float((episodes["outcome"] > 0).mean())
-        metrics[f"eval/{split}/invalid_actions"] = float((~rollouts["action_valid"]).mean())
+        metrics |= policy_metrics(split, rollouts)
         if judge_engine is not None and config.writes_unit_tests:
             assert reward_model is not None
             tests, votes = unit_test_votes(
@@ -113,5 +118,24 @@ def rlanything_eval(
                 judgments["verdict"].isna().mean()
             )
     write_json(out / "eval.json", {"policy": policy, "reward_model": reward_model, **metrics})
-    log_evaluation(config, metrics, policy=policy, reward_model=reward_model, out_dir=out)
+    log_evaluation(
+        config,
+        metrics,
+        policy=policy,
+        reward_model=reward_model,
+        out_dir=out,
+        parent_run_id=parent_run_id,
+    )
+    return metrics
+
+
+def policy_metrics(split: str, rollouts: pd.DataFrame) -> dict[str, float]:
+    """Accuracy (episodes that succeed), pass@k for k = 1 … episodes per task, and the share of
+    invalid actions, on one split's rollouts."""
+    episodes = rollouts.drop_duplicates(["task_id", "task_version", "rollout_idx"])
+    metrics = {
+        f"eval/{split}/policy_accuracy": float((episodes["outcome"] > 0).mean()),
+        f"eval/{split}/invalid_actions": float((~rollouts["action_valid"]).mean()),
+    }
+    metrics |= {f"eval/{split}/pass_at_{k}": v for k, v in pass_at_k(rollouts).items()}
     return metrics

@@ -57,7 +57,14 @@ def file_digest(path: Path) -> str:
 class Tracker:
     """The MLflow side of one training run; safe to recreate on resume."""
 
-    def __init__(self, run: RunDir, config: RunConfig, flow_run_id: str | None) -> None:
+    def __init__(
+        self,
+        run: RunDir,
+        config: RunConfig,
+        flow_run_id: str | None,
+        parent_run_id: str | None = None,
+    ) -> None:
+        """`parent_run_id` nests this run's MLflow run (an RLoop cycle under its RLoop run)."""
         self.run = run
         self.config = config
         self.uri = tracking_uri()
@@ -77,6 +84,7 @@ class Tracker:
                     "prefect.flow_run_id": flow_run_id or "",
                     "rlanything.run_dir": str(run.root),
                     "rlanything.mode": config.mode,
+                    **({MLFLOW_PARENT_RUN_ID: parent_run_id} if parent_run_id else {}),
                 },
             )
             self.parent_id = parent.info.run_id
@@ -190,6 +198,29 @@ class Tracker:
             out.append(path)
         return out
 
+    def log_cycle(
+        self, cycle: int, metrics: dict[str, float], expert_set: Path, refined: Path, rloop_id: str
+    ) -> None:
+        """An RLoop cycle's exploitation, once: metrics (step = cycle) on this cycle's run and on
+        the RLoop run `rloop_id`; the expert set as the dataset input of the SFT step (context
+        "sft", sha256 digest); the refined policy as artifacts `policy/cycle-<n>` (or, with
+        checkpoints: reference, its path), tagged with that alias."""
+        state = self.run.load_state()
+        if state.get("cycle_logged"):
+            return
+        stamp = int(pd.Timestamp.now().timestamp() * 1000)
+        points = [Metric(k, float(v), stamp, cycle) for k, v in sorted(metrics.items())]
+        for run_id in (self.parent_id, rloop_id):
+            self.client.log_batch(run_id, metrics=points)
+        with mlflow.start_run(run_id=self.parent_id):
+            self._log_input(expert_set, "expert_set", f"expert_set_cycle_{cycle:03d}", "sft")
+        alias = f"cycle-{cycle}"
+        self.client.set_tag(self.parent_id, "rloop.alias", alias)
+        self.client.set_tag(self.parent_id, "checkpoint.refined_policy", str(refined))
+        if self.config.tracking.checkpoints == "artifact":
+            self.client.log_artifacts(self.parent_id, str(refined), f"policy/{alias}")
+        self.run.save_state({**state, "cycle_logged": True})
+
     def finish(self, status: str = "FINISHED") -> None:
         self.client.set_terminated(self.parent_id, status)
 
@@ -207,11 +238,14 @@ def log_evaluation(
     policy: str,
     reward_model: str | None,
     out_dir: Path,
+    parent_run_id: str | None = None,
 ) -> str:
-    """One MLflow run per evaluation, in the config's experiment; returns its id."""
+    """One MLflow run per evaluation, in the config's experiment (nested under `parent_run_id`
+    when given); returns its id."""
     mlflow.set_tracking_uri(tracking_uri())
     mlflow.set_experiment(config.tracking.experiment)
-    with mlflow.start_run(run_name=f"eval-{Path(policy).name}") as run:
+    tags = {} if parent_run_id is None else {MLFLOW_PARENT_RUN_ID: parent_run_id}
+    with mlflow.start_run(run_name=f"eval-{Path(policy).name}", tags=tags) as run:
         mlflow.set_tags({"rlanything.kind": "eval", "rlanything.out_dir": str(out_dir.resolve())})
         mlflow.log_params({"policy": policy, "reward_model": str(reward_model)})
         mlflow.log_metrics(metrics, step=0)

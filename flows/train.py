@@ -16,7 +16,7 @@ from flows.round import rlanything_round
 from flows.tracking import Tracker
 from rlanything_core.config import RunConfig
 from rlanything_core.pool import initial_pool
-from rlanything_core.rundir import RunDir, write_json
+from rlanything_core.rundir import WARM_START, RunDir, write_json
 from rlanything_core.schemas import write_dataset
 from tasks.stages import warm_start
 
@@ -26,12 +26,26 @@ def rlanything_train(config: RunConfig, run_dir: str = "runs/latest") -> dict[st
     """Run (or continue) `config.rounds` rounds in `run_dir`; returns the summary."""
     run = RunDir(run_dir)
     run.init(config)
+    tracker = Tracker(run, config, flow_run.get_id())
+    try:
+        summary = train_rounds(config, run, tracker)
+    except BaseException:
+        tracker.finish("FAILED")
+        raise
+    tracker.finish()
+    summary["mlflow_ui"] = tracker.ui_hint()
+    return summary
+
+
+def train_rounds(config: RunConfig, run: RunDir, tracker: Tracker) -> dict[str, Any]:
+    """The initial task pool (unless one is there), the warm start, then the rounds that
+    summary.json does not list yet, each the `rlanything-round` subflow logged by `tracker`.
+    Used by `rlanything-train` and by each exploration of `rlanything-rloop`."""
     if not run.dataset(0, "tasks").is_file():
         pool = initial_pool(config.environment)
         write_dataset(pool, run.dataset(0, "tasks"), "tasks")
-    tracker = Tracker(run, config, flow_run.get_id())
     if any(m.warm_start.enabled for m in (config.policy, config.reward_model, config.env_model)):
-        tracker.log_warm_start(warm_start(config, str(run.root), -1))
+        tracker.log_warm_start(warm_start(config, str(run.root), WARM_START))
     summary = (
         json.loads(run.summary_path.read_text())
         if run.summary_path.is_file()
@@ -40,19 +54,13 @@ def rlanything_train(config: RunConfig, run_dir: str = "runs/latest") -> dict[st
     summary["mlflow_run_id"] = tracker.parent_id
     summary["mlflow_tracking_uri"] = tracker.uri
     summary.setdefault("prefect_flow_run_ids", []).append(flow_run.get_id())
-    try:
-        for r in range(len(summary["rounds"]), config.rounds):
-            metrics = rlanything_round(config=config, run_dir=str(run.root), round_idx=r)
-            previous = summary["rounds"][-1]["env/accepted_tasks_total"] if summary["rounds"] else 0
-            metrics["env/accepted_tasks_total"] = previous + metrics["env/accepted_tasks"]
-            tracker.log_round(r, metrics)
-            summary["rounds"].append({"round": r, **metrics})
-            summary["accepted_tasks_total"] = metrics["env/accepted_tasks_total"]
-            write_json(run.summary_path, summary)
-            tracker.log_plots(summary["rounds"])
-    except BaseException:
-        tracker.finish("FAILED")
-        raise
-    tracker.finish()
-    summary["mlflow_ui"] = tracker.ui_hint()
+    for r in range(len(summary["rounds"]), config.rounds):
+        metrics = rlanything_round(config=config, run_dir=str(run.root), round_idx=r)
+        previous = summary["rounds"][-1]["env/accepted_tasks_total"] if summary["rounds"] else 0
+        metrics["env/accepted_tasks_total"] = previous + metrics["env/accepted_tasks"]
+        tracker.log_round(r, metrics)
+        summary["rounds"].append({"round": r, **metrics})
+        summary["accepted_tasks_total"] = metrics["env/accepted_tasks_total"]
+        write_json(run.summary_path, summary)
+        tracker.log_plots(summary["rounds"])
     return summary

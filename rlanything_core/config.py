@@ -27,7 +27,8 @@ class _Strict(BaseModel):
 
 
 class EngineConfig(_Strict):
-    """Where a model samples (README "Engines"). Updates always run in this process."""
+    """Where a model samples (README "Engines"). Updates run in the training process, or in
+    torchrun processes it starts (`update.distributed`)."""
 
     kind: Literal["hf", "vllm", "openai"] = "hf"
     """"hf": transformers in this process. "vllm": `vllm serve` from its own environment, started
@@ -330,6 +331,43 @@ class TrackingConfig(_Strict):
     """Log checkpoints as MLflow artifacts, or only their paths (large models)."""
 
 
+class RLoopConfig(_Strict):
+    """RLoop (METHOD.md, "RLoop"; `rlanything rloop`): cycles of exploration (ordinary rounds
+    from the cycle's start policy) and exploitation (rejection-sampling fine-tuning of that start
+    policy on successful trajectories of hard tasks). The refined policy starts the next cycle."""
+
+    cycles: int = Field(2, ge=1)
+    """Cycles to run. Paper: performance grows with more cycles."""
+    rounds_per_cycle: int = Field(2, ge=1)
+    """Exploration rounds per cycle (ordinary rounds of `mode`), replacing `rounds`."""
+    harvest_rounds: list[int] | None = None
+    """Rounds of each cycle whose rollouts are harvested, 0-based; round r's rollouts come from
+    the checkpoint after round r − 1. None = every round: the paper collects trajectories from
+    several intermediate checkpoints, since policy drift gives diversity."""
+    hard_threshold: float = Field(0.5, gt=0.0, le=1.0)
+    """A task is hard when its success rate over the harvested rollouts is below this (paper:
+    focus on tasks with low success rate; active learning). 1.0 keeps every unsolved-by-all task."""
+    sft_epochs: int = Field(2, ge=1)
+    """Epochs of the fine-tuning on the expert set."""
+    sft_lr: float = Field(1e-5, gt=0.0)
+    """Learning rate of the fine-tuning on the expert set (AdamW)."""
+    sft_micro_batch_size: int = Field(8, ge=1)
+    """Pairs per optimizer step of the fine-tuning."""
+    evaluate: bool = True
+    """Evaluate each cycle's refined policy on the held-out sets (`evaluation`): accuracy and
+    pass@k, RLoop's headline metric."""
+
+    @model_validator(mode="after")
+    def _harvest_in_cycle(self) -> RLoopConfig:
+        bad = [r for r in self.harvest_rounds or [] if not 0 <= r < self.rounds_per_cycle]
+        if bad or self.harvest_rounds == []:
+            raise ValueError(
+                f"rloop.harvest_rounds must be rounds 0..{self.rounds_per_cycle - 1} of a cycle "
+                f"(at least one), or null for all; got {self.harvest_rounds}."
+            )
+        return self
+
+
 class RunConfig(_Strict):
     """A training run: N rounds of rollout → scoring → advantages → updates → adaptation."""
 
@@ -351,6 +389,8 @@ class RunConfig(_Strict):
     adaptation: AdaptationConfig = AdaptationConfig()
     evaluation: EvalConfig = EvalConfig()
     tracking: TrackingConfig = TrackingConfig()
+    rloop: RLoopConfig = RLoopConfig()
+    """Used by `rlanything rloop` only."""
 
     @model_validator(mode="after")
     def _cross_checks(self) -> RunConfig:

@@ -16,6 +16,8 @@ from rlanything_core.atomic import atomic_path
 from rlanything_core.config import ConfigError, RunConfig, dump_config, load_config
 
 ROLES = ("policy", "reward_model")
+WARM_START = -1  # the round index of the warm start's stage (before round 0)
+EXPLOITATION = -2  # the round index of an RLoop cycle's exploitation stages (after its rounds)
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -29,7 +31,10 @@ class RunDir:
     config.yaml, summary.json, state.json,
     round_NNN/{tasks,rollouts,judgments,unit_tests,policy_samples,rm_samples,test_samples,
     candidates,acceptance}.parquet,
-    round_NNN/_stages/<stage>.json, checkpoints/{policy,reward_model}/round_NNN/.
+    round_NNN/_stages/<stage>.json, checkpoints/{policy,reward_model}/round_NNN/;
+    warm_start/ and checkpoints/<role>/warm_start/; an RLoop cycle also has
+    exploitation/{harvest,expert_set}.parquet, exploitation/_stages/ and
+    checkpoints/policy/refined/.
     """
 
     def __init__(self, root: str | Path) -> None:
@@ -76,10 +81,19 @@ class RunDir:
 
     # -- stage markers ----------------------------------------------------------------------
 
+    def phase_dir(self, round_idx: int) -> Path:
+        """Where a stage keeps its files: round_NNN/, or for round_idx WARM_START the warm start's
+        directory, for EXPLOITATION an RLoop cycle's exploitation directory."""
+        if round_idx >= 0:
+            return self.round_dir(round_idx)
+        return self.root / {WARM_START: "warm_start", EXPLOITATION: "exploitation"}[round_idx]
+
     def marker(self, round_idx: int, stage: str) -> Path:
-        """round_idx −1 is the warm start, before round 0."""
-        base = self.root / "warm_start" if round_idx < 0 else self.round_dir(round_idx)
-        return base / "_stages" / f"{stage}.json"
+        return self.phase_dir(round_idx) / "_stages" / f"{stage}.json"
+
+    def refined_checkpoint(self) -> Path:
+        """RLoop: the cycle's start policy fine-tuned on its expert set."""
+        return self.root / "checkpoints" / "policy" / "refined"
 
     def finished(self, round_idx: int, stage: str) -> dict[str, Any] | None:
         path = self.marker(round_idx, stage)

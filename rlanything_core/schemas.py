@@ -205,6 +205,18 @@ SCHEMAS: dict[str, pa.Schema] = {
             _f("response_token_ids", _TOKENS),
         ]
     ),
+    # RLoop: the steps of successful episodes on hard tasks that a cycle's start policy is
+    # fine-tuned on; `checkpoint` is the one that played the episode.
+    "expert_set": pa.schema(
+        [
+            *_STEP_KEYS,
+            _f("task_success_rate", pa.float64()),  # over the cycle's harvested episodes
+            _f("prompt", pa.string()),
+            _f("response", pa.string()),
+            _f("prompt_token_ids", _TOKENS),
+            _f("response_token_ids", _TOKENS),
+        ]
+    ),
 }
 
 

@@ -126,14 +126,15 @@ def warm_start_demos(kind: str, seed: int) -> list[Demo]:
 def ensure_warm_tiny_model(kind: str, seed: int = 0) -> Path:
     """The tiny model of `kind` warm-started by supervised fine-tuning (full fine-tuning at lr 3e-3)
     on expert-made pairs, built once into the cache."""
-    from rlanything_core.training import sft_finetune
+    from rlanything_core.training import sft_finetune, tokenize_demos
 
     target = cache_root() / f"tiny-{kind}-seed{seed}"
     if not (target / "model.safetensors").is_file():
+        demos = warm_start_demos(kind, seed)
         sft_finetune(
             str(ensure_tiny_model(seed)),
             target,
-            warm_start_demos(kind, seed),
+            lambda tokenizer: tokenize_demos(tokenizer, demos),
             device="cpu",
             lr=3e-3,
             epochs=WARM_EPOCHS[kind],

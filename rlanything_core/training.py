@@ -304,7 +304,7 @@ def tokenize_demos(tokenizer: Any, demos: Sequence[Demo]) -> list[tuple[list[int
 def sft_finetune(
     source: str,
     out_dir: str | Path,
-    demos: Sequence[Demo],
+    build_pairs: Callable[[Any], list[tuple[list[int], list[int]]]],
     *,
     device: str = "auto",
     dtype: str = "auto",
@@ -316,21 +316,27 @@ def sft_finetune(
     seed: int,
     on_step: Callable[[int], None] | None = None,
 ) -> tuple[dict[str, float], list[tuple[list[int], list[int]]]]:
-    """Load `source`, fine-tune it on `demos`, save it to `out_dir`.
+    """Load `source`, fine-tune it on `build_pairs(tokenizer)`, save it to `out_dir`.
 
-    Returns the metrics and the tokenized pairs (for the record of what was trained on).
+    Pairs are (prompt ids, response ids incl. EOS), e.g. `tokenize_demos`. With no pair the
+    model is saved unchanged. Returns the metrics and the pairs (the record of what was trained
+    on).
     """
     model, tokenizer = _load_trainable(source, device, dtype, lora_rank, lora_alpha, seed, "sft")
-    pairs = tokenize_demos(tokenizer, demos)
-    metrics = sft_update(
-        model,
-        make_optimizer(model, lr=lr),
-        pairs,
-        pad_id=tokenizer.pad_token_id,
-        epochs=epochs,
-        micro_batch_size=micro_batch_size,
-        seed=seed,
-        on_step=on_step,
+    pairs = build_pairs(tokenizer)
+    metrics = (
+        sft_update(
+            model,
+            make_optimizer(model, lr=lr),
+            pairs,
+            pad_id=tokenizer.pad_token_id,
+            epochs=epochs,
+            micro_batch_size=micro_batch_size,
+            seed=seed,
+            on_step=on_step,
+        )
+        if pairs
+        else {"sft_steps": 0.0}
     )
     save_checkpoint(model, tokenizer, out_dir)
     return metrics, pairs

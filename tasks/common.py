@@ -6,15 +6,17 @@ import contextlib
 import errno
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.logging import get_run_logger
+from prefect.runtime import task_run
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rlanything_core.config import RunConfig
-from rlanything_core.rundir import RunDir
+from rlanything_core.rundir import EXPLOITATION, WARM_START, RunDir
 
 StageBody = Callable[[RunConfig, RunDir, int], tuple[dict[str, str], dict[str, float]]]
 
@@ -47,7 +49,7 @@ def stage_task(name: str) -> Callable[[StageBody], Any]:
         @task(
             name=name,
             description=(body.__doc__ or "").strip(),
-            task_run_name=f"{name}-round-{{round_idx}}",
+            task_run_name=lambda: _run_name(name),
             retries=2,
             retry_delay_seconds=1,
             retry_condition_fn=retry_if_transient,
@@ -66,6 +68,18 @@ def stage_task(name: str) -> Callable[[StageBody], Any]:
         return run
 
     return wrap
+
+
+def _run_name(stage: str) -> str:
+    """The task run's name in the Prefect UI: `rollout-round-3`, `warm-start`, or for an RLoop
+    cycle's exploitation `sft-update-cycle_001`."""
+    params = task_run.parameters
+    r = params["round_idx"]
+    if r == WARM_START:
+        return stage
+    if r == EXPLOITATION:
+        return f"{stage}-{Path(params['run_dir']).name}"
+    return f"{stage}-round-{r}"
 
 
 @contextlib.contextmanager

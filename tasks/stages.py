@@ -49,7 +49,7 @@ from rlanything_core.signals import (
     task_accuracies,
     test_samples,
 )
-from rlanything_core.training import rl_update, select_samples, sft_finetune
+from rlanything_core.training import rl_update, select_samples, sft_finetune, tokenize_demos
 from rlanything_core.unit_tests import run_generated_tests, write_tests
 from tasks.common import progress, retry_if_transient, stage_task
 
@@ -249,7 +249,7 @@ def warm_start(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics
             m, pairs = sft_finetune(
                 model.source,
                 out,
-                demos,
+                lambda tokenizer, demos=demos: tokenize_demos(tokenizer, demos),
                 device=model.device,
                 dtype=model.dtype,
                 lora_rank=lora_rank,

@@ -36,7 +36,7 @@ STAGES = [
     "task-rewriting",
     "acceptance-check",
 ]
-ROUND_FILES = [n for n in SCHEMAS if n != "sft_samples"]
+ROUND_FILES = [n for n in SCHEMAS if n not in ("sft_samples", "expert_set")]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -62,6 +62,7 @@ def _weights(path: Path) -> dict[str, torch.Tensor]:
 
 
 def _task_runs(flow_run_id: str) -> list[Any]:
+    """The task runs of a flow run and of its subflow runs (the rounds)."""
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
 
     with get_client(sync_client=True) as client:
@@ -71,9 +72,9 @@ def _task_runs(flow_run_id: str) -> list[Any]:
             )
         )
         runs = []
-        for r in rounds:
+        for r in [flow_run_id, *(r.id for r in rounds)]:
             runs += client.read_task_runs(
-                flow_run_filter=FlowRunFilter(id={"any_": [r.id]})  # type: ignore[arg-type]
+                flow_run_filter=FlowRunFilter(id={"any_": [r]})  # type: ignore[arg-type]
             )
         return runs
 
@@ -252,9 +253,15 @@ def test_eval_on_held_out_tasks(tmp_path: Path) -> None:
             "rm_process_accuracy",
             "rm_outcome_accuracy",
             "rm_parse_failure_rate",
+            "pass_at_1",
+            "pass_at_2",
         )
     }
     assert all(0.0 <= v <= 1.0 for v in metrics.values())
+    for split in ("id", "ood"):
+        accuracy = metrics[f"eval/{split}/policy_accuracy"]
+        assert metrics[f"eval/{split}/pass_at_1"] == pytest.approx(accuracy)
+        assert metrics[f"eval/{split}/pass_at_2"] >= accuracy
     for split in ("id", "ood"):
         rollouts = read_dataset(out / f"{split}_rollouts.parquet", "rollouts")
         assert rollouts["task_id"].nunique() == 2
@@ -292,7 +299,8 @@ def test_ablate_one_seed_one_round(tmp_path: Path) -> None:
     assert summary["+Reward+Env"]["accepted_tasks"][1] == 0.0  # std over one seed
     table = (out / "ablation.md").read_text()
     assert "| Row | Policy ID | Policy OOD | RM process | RM outcome | Accepted tasks |" in table
-    assert table.count("\n| ") == 6
+    assert "| Row | ID pass@1 | ID pass@2 | OOD pass@1 | OOD pass@2 |" in table
+    assert table.count("\n| ") == 12  # two tables: a header and five rows each
     stored = json.loads((out / "ablation.json").read_text())
     assert stored["per_seed"]["Policy"][0]["eval/id/policy_accuracy"] == pytest.approx(
         summary["Policy"]["eval/id/policy_accuracy"][0]
@@ -459,3 +467,77 @@ def test_sharded_rollouts_and_two_process_updates_give_the_one_process_round(
     names = [t.name for t in _task_runs(summary["prefect_flow_run_ids"][-1])]
     shards = sorted(n for n in names if n.startswith("rollout-shard"))
     assert shards == ["rollout-shard-0-round-0", "rollout-shard-1-round-0"], names
+
+
+def test_rloop_two_cycles_end_to_end(tmp_path: Path) -> None:
+    """configs/rloop-tiny.yaml through the CLI: 2 cycles of 2 rounds, each followed by the three
+    exploitation stages; the expert set is the successful steps of hard tasks; the refined policy
+    starts the next cycle; Prefect and MLflow show every phase under its name."""
+    from flows.cli import main
+    from rlanything_core.rloop import expert_steps
+
+    root = tmp_path / "rloop"
+    config = load_config(ROOT / "configs" / "rloop-tiny.yaml")
+    assert main(["rloop", "--config", str(ROOT / "configs" / "rloop-tiny.yaml"),
+                 "--run-dir", str(root)]) == 0  # fmt: skip
+    summary = json.loads((root / "summary.json").read_text())
+    assert [c["cycle"] for c in summary["cycles"]] == [0, 1]
+    for c, cycle in enumerate(summary["cycles"]):
+        run = RunDir(root / f"cycle_{c:03d}")
+        for r in range(2):
+            for stage in STAGES:
+                assert run.finished(r, stage) is not None, (c, r, stage)
+        for stage in ("harvest-trajectories", "build-expert-set", "sft-update"):
+            assert run.finished(-2, stage) is not None, (c, stage)
+        harvest = read_dataset(run.phase_dir(-2) / "harvest.parquet", "rollouts")
+        assert set(harvest["round"]) == {0, 1}  # both rounds' checkpoints were harvested
+        expert = read_dataset(run.phase_dir(-2) / "expert_set.parquet", "expert_set")
+        expected, hard = expert_steps(harvest, config.rloop.hard_threshold)
+        assert len(expert) == len(expected) == cycle["rloop/expert_set_size"] > 0
+        assert (expert["task_success_rate"] < 1.0).all()
+        assert cycle["rloop/hard_tasks"] == hard
+        assert 0.0 <= cycle["rloop/id/pass_at_1"] <= cycle["rloop/id/pass_at_4"] <= 1.0
+        # the refined policy is the start policy fine-tuned, and starts the next cycle
+        refined = _weights(run.refined_checkpoint())
+        start = _weights(Path(resolve_source(load_config(run.config_path).policy.model.source)))
+        assert max(float((refined[k] - start[k]).abs().max()) for k in refined) > 1e-4
+    cycle_1 = load_config(root / "cycle_001" / "config.yaml")
+    assert cycle_1.policy.model.source == str(RunDir(root / "cycle_000").refined_checkpoint())
+    assert cycle_1.reward_model.model.source == str(
+        RunDir(root / "cycle_000").checkpoint("reward_model", 1)
+    )
+    pool_0 = read_dataset(RunDir(root / "cycle_000").dataset(2, "tasks"), "tasks")
+    pool_1 = read_dataset(RunDir(root / "cycle_001").dataset(0, "tasks"), "tasks")
+    assert pool_1.drop(columns="round").equals(pool_0.drop(columns="round"))
+
+    names = {t.name for t in _task_runs(summary["prefect_flow_run_ids"][-1])}
+    for c in ("cycle_000", "cycle_001"):
+        assert {
+            f"{s}-{c}" for s in ("harvest-trajectories", "build-expert-set", "sft-update")
+        } <= names
+    assert {"rollout-round-0", "acceptance-check-round-1"} <= names
+
+    client = mlflow.MlflowClient()
+    parent = client.get_run(summary["mlflow_run_id"])
+    assert (
+        parent.data.metrics["rloop/expert_set_size"]
+        == summary["cycles"][1]["rloop/expert_set_size"]
+    )
+    cycles = mlflow.search_runs(
+        experiment_names=[config.tracking.experiment],
+        filter_string=f"tags.`mlflow.parentRunId` = '{summary['mlflow_run_id']}'",
+        output_format="list",
+    )
+    assert sorted(r.info.run_name for r in cycles) == ["cycle_000", "cycle_001"]
+    for cycle_run in cycles:
+        assert cycle_run.data.tags["rloop.alias"] == f"cycle-{cycle_run.info.run_name[-1]}"
+        assert {"rloop/sft_loss", "rloop/hard_tasks", "rloop/id/pass_at_2"} <= set(
+            cycle_run.data.metrics
+        )
+        assert [i.tags[0].value for i in cycle_run.inputs.dataset_inputs].count("sft") == 1
+        rounds = mlflow.search_runs(
+            experiment_names=[config.tracking.experiment],
+            filter_string=f"tags.`mlflow.parentRunId` = '{cycle_run.info.run_id}'",
+            output_format="list",
+        )
+        assert {"round_000", "round_001"} <= {r.info.run_name for r in rounds}

@@ -34,7 +34,7 @@ def _policy_rows(n: int = 2) -> dict[str, list]:
 
 
 def test_every_schema_declares_its_provenance() -> None:
-    for name in ("rollouts", "judgments", "policy_samples", "rm_samples"):
+    for name in ("rollouts", "judgments", "policy_samples", "rm_samples", "expert_set"):
         assert set(SCHEMAS[name].names) >= PROVENANCE, name
     assert {"round", "task_id", "task_version", "parent_task_id", "origin", "direction"} <= set(
         SCHEMAS["tasks"].names
