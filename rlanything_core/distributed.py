@@ -85,7 +85,7 @@ class Group:
         dist.all_reduce(total)
         return dict(zip(keys, total.tolist(), strict=True))
 
-    def full_state_dict(self, model: Any) -> dict[str, torch.Tensor] | None:
+    def full_state_dict(self, model: Any) -> dict[str, Any] | None:
         """The trained weights gathered on rank 0 (None elsewhere); every rank must call it."""
         if self.strategy != "fsdp" or self.world_size == 1:
             return None

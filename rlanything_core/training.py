@@ -13,7 +13,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import pandas as pd
@@ -191,12 +191,17 @@ def _launch(
         progress, done = work / "progress", 0
         with (work / "output.log").open("wb") as log:
             proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-            while proc.poll() is None or done < _size(progress):
-                time.sleep(0.2)
-                steps = _size(progress)
-                if on_step is not None and steps > done:
-                    on_step(steps - done)
-                done = steps
+            try:
+                while proc.poll() is None or done < _size(progress):
+                    time.sleep(0.2)
+                    steps = _size(progress)
+                    if on_step is not None and steps > done:
+                        on_step(steps - done)
+                    done = steps
+            finally:  # interrupted (Ctrl-C, a cancelled flow run): torchrun stops its workers
+                if proc.poll() is None:
+                    proc.terminate()
+                    proc.wait()
         if proc.returncode != 0:
             tail = (work / "output.log").read_text(errors="replace")[-4000:]
             raise RuntimeError(
@@ -205,6 +210,10 @@ def _launch(
                 f"its output ends:\n{tail}"
             )
         return json.loads((work / "metrics.json").read_text())
+
+
+def _tick(progress: BinaryIO, steps: int) -> None:
+    progress.write(b"." * steps)
 
 
 def _size(path: Path) -> int:
@@ -235,7 +244,7 @@ def _worker(work: Path) -> None:
                 dtype=job["dtype"],
                 temperature=job["temperature"],
                 seed=job["seed"],
-                on_step=(lambda n: progress.write(b"." * n)) if group.is_main else None,
+                on_step=(lambda n: _tick(progress, n)) if group.is_main else None,
                 group=group,
             )
         if group.is_main:

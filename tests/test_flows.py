@@ -62,7 +62,8 @@ def _weights(path: Path) -> dict[str, torch.Tensor]:
 
 
 def _task_runs(flow_run_id: str) -> list[Any]:
-    """The task runs of a flow run and of its subflow runs (the rounds)."""
+    """The task runs of a flow run and of its subflow runs (the rounds), without the task runs
+    that stand for the subflow runs in their parent (named after the flow)."""
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
 
     with get_client(sync_client=True) as client:
@@ -76,7 +77,7 @@ def _task_runs(flow_run_id: str) -> list[Any]:
             runs += client.read_task_runs(
                 flow_run_filter=FlowRunFilter(id={"any_": [r]})  # type: ignore[arg-type]
             )
-        return runs
+        return [t for t in runs if not t.name.startswith("rlanything-")]
 
 
 def _artifact_keys(flow_run_id: Any) -> set[str]:
