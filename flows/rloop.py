@@ -38,23 +38,18 @@ def rlanything_rloop(config: RunConfig, run_dir: str = "runs/rloop") -> dict[str
     """Run (or continue) `config.rloop.cycles` RLoop cycles in `run_dir`; returns the summary."""
     root = RunDir(run_dir)
     root.init(config)
-    tracker = Tracker(root, config, flow_run.get_id())
     summary: dict[str, Any] = (
         json.loads(root.summary_path.read_text())
         if root.summary_path.is_file()
         else {"run_dir": str(root.root), "cycles": []}
     )
-    summary["mlflow_run_id"] = tracker.parent_id
     summary.setdefault("prefect_flow_run_ids", []).append(flow_run.get_id())
-    try:
+    with Tracker(root, config, flow_run.get_id()).finishing() as tracker:
+        summary["mlflow_run_id"] = tracker.parent_id
         base = warm_started(config, RunDir(root.root / "warm_start"))
         for c in range(len(summary["cycles"]), config.rloop.cycles):
             summary["cycles"].append(_cycle(base, root, c, tracker.parent_id))
             write_json(root.summary_path, summary)
-    except BaseException:
-        tracker.finish("FAILED")
-        raise
-    tracker.finish()
     summary["mlflow_ui"] = tracker.ui_hint()
     return summary
 
@@ -68,8 +63,7 @@ def _cycle(base: RunConfig, root: RunDir, c: int, rloop_id: str) -> dict[str, An
         previous = RunDir(root.root / f"cycle_{c - 1:03d}")
         pool = read_dataset(previous.dataset(config.rounds, "tasks"), "tasks").assign(round=0)
         write_dataset(pool, run.dataset(0, "tasks"), "tasks")
-    tracker = Tracker(run, config, flow_run.get_id(), parent_run_id=rloop_id)
-    try:
+    with Tracker(run, config, flow_run.get_id(), parent_run_id=rloop_id).finishing() as tracker:
         rounds = train_rounds(config, run, tracker)["rounds"]
         metrics: dict[str, float] = {}
         for stage in EXPLOITATION_STAGES:
@@ -80,10 +74,6 @@ def _cycle(base: RunConfig, root: RunDir, c: int, rloop_id: str) -> dict[str, An
             metrics |= _evaluate(config, run, str(refined), tracker.parent_id)
         tracker.log_cycle(c, metrics, run.phase_dir(EXPLOITATION) / "expert_set.parquet",
                           refined, rloop_id)  # fmt: skip
-    except BaseException:
-        tracker.finish("FAILED")
-        raise
-    tracker.finish()
     return {
         "cycle": c,
         "start_policy": config.policy.model.source,

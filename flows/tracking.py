@@ -8,8 +8,10 @@ sha256 digest of their Parquet files (lineage); checkpoints as artifacts or as r
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -220,6 +222,16 @@ class Tracker:
         if self.config.tracking.checkpoints == "artifact":
             self.client.log_artifacts(self.parent_id, str(refined), f"policy/{alias}")
         self.run.save_state({**state, "cycle_logged": True})
+
+    @contextlib.contextmanager
+    def finishing(self) -> Iterator[Tracker]:
+        """The MLflow run ends FINISHED when the block does, FAILED when it raises."""
+        try:
+            yield self
+        except BaseException:
+            self.finish("FAILED")
+            raise
+        self.finish()
 
     def finish(self, status: str = "FINISHED") -> None:
         self.client.set_terminated(self.parent_id, status)

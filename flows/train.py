@@ -26,13 +26,8 @@ def rlanything_train(config: RunConfig, run_dir: str = "runs/latest") -> dict[st
     """Run (or continue) `config.rounds` rounds in `run_dir`; returns the summary."""
     run = RunDir(run_dir)
     run.init(config)
-    tracker = Tracker(run, config, flow_run.get_id())
-    try:
+    with Tracker(run, config, flow_run.get_id()).finishing() as tracker:
         summary = train_rounds(config, run, tracker)
-    except BaseException:
-        tracker.finish("FAILED")
-        raise
-    tracker.finish()
     summary["mlflow_ui"] = tracker.ui_hint()
     return summary
 
