@@ -511,7 +511,20 @@ def test_rloop_two_cycles_end_to_end(tmp_path: Path) -> None:
     pool_1 = read_dataset(RunDir(root / "cycle_001").dataset(0, "tasks"), "tasks")
     assert pool_1.drop(columns="round").equals(pool_0.drop(columns="round"))
 
-    names = {t.name for t in _task_runs(summary["prefect_flow_run_ids"][-1])}
+    # Resume, as after a crash in cycle 1's sft-update: only that stage runs again.
+    last = RunDir(root / "cycle_001")
+    harvested = last.marker(-2, "harvest-trajectories").stat().st_mtime_ns
+    last.marker(-2, "sft-update").unlink()
+    summary["cycles"].pop()
+    (root / "summary.json").write_text(json.dumps(summary))
+    assert main(["rloop", "--config", str(ROOT / "configs" / "rloop-tiny.yaml"),
+                 "--run-dir", str(root)]) == 0  # fmt: skip
+    assert last.finished(-2, "sft-update") is not None
+    assert last.marker(-2, "harvest-trajectories").stat().st_mtime_ns == harvested
+    summary = json.loads((root / "summary.json").read_text())
+    assert [c["cycle"] for c in summary["cycles"]] == [0, 1]
+
+    names = {t.name for t in _task_runs(summary["prefect_flow_run_ids"][0])}  # the first run
     for c in ("cycle_000", "cycle_001"):
         assert {
             f"{s}-{c}" for s in ("harvest-trajectories", "build-expert-set", "sft-update")
