@@ -17,7 +17,7 @@ from prefect import flow
 from flows.tracking import log_evaluation
 from rlanything_core.config import RunConfig
 from rlanything_core.engines import open_engine
-from rlanything_core.rloop import pass_at_k
+from rlanything_core.rloop import episodes, pass_at_k
 from rlanything_core.rollout import TaskRef
 from rlanything_core.rundir import write_json
 from rlanything_core.schemas import read_dataset, rows_frame, write_dataset
@@ -132,9 +132,9 @@ def rlanything_eval(
 def policy_metrics(split: str, rollouts: pd.DataFrame) -> dict[str, float]:
     """Accuracy (episodes that succeed), pass@k for k = 1 … episodes per task, and the share of
     invalid actions, on one split's rollouts."""
-    episodes = rollouts.drop_duplicates(["task_id", "task_version", "rollout_idx"])
+    played = episodes(rollouts)
     metrics = {
-        f"eval/{split}/policy_accuracy": float((episodes["outcome"] > 0).mean()),
+        f"eval/{split}/policy_accuracy": float((played["outcome"] > 0).mean()),
         f"eval/{split}/invalid_actions": float((~rollouts["action_valid"]).mean()),
     }
     metrics |= {f"eval/{split}/pass_at_{k}": v for k, v in pass_at_k(rollouts).items()}
