@@ -9,9 +9,9 @@ TORCH_SPEC ?= torch==2.13.0
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 
-.PHONY: setup sandbox-tools vllm-env run test lint format clean bench ablation
+.PHONY: setup sandbox-tools browser vllm-env run test lint format clean bench ablation
 
-setup: $(STAMP) sandbox-tools
+setup: $(STAMP) sandbox-tools browser
 
 # bubblewrap gives the code sandbox its strongest isolation (README "Sandbox"). Installed with apt
 # when we are root; without it the sandbox falls back to unshare or rlimits and says so.
@@ -20,6 +20,15 @@ sandbox-tools:
 	  { apt-get install -y -qq bubblewrap >/dev/null 2>&1 || \
 	    { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap >/dev/null 2>&1; }; }; } || \
 	  echo "bubblewrap is not installed: the code sandbox runs with less isolation (README, Sandbox)"
+
+# GUI tasks drive Debian's Chromium through Playwright (README "GUI agent"); installed with apt
+# when we are root. Playwright never downloads a browser here.
+CHROMIUM ?= /usr/bin/chromium
+browser:
+	@test -x $(CHROMIUM) || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  { apt-get install -y -qq chromium >/dev/null 2>&1 || \
+	    { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null 2>&1; }; }; } || \
+	  { echo "Chromium is missing at $(CHROMIUM): run 'apt-get install chromium' as root; GUI tasks and their tests need it"; exit 1; }
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -68,6 +68,8 @@ def rlanything_eval(
             checkpoint=policy,
             purpose="eval",
             description=f"eval {split} rollout",
+            screens=out / "screenshots" / split,
+            root=out,
         )
         path = write_dataset(
             rows_frame(rows, "rollouts"), out / f"{split}_rollouts.parquet", "rollouts"

@@ -16,6 +16,8 @@ from rlanything_core.default_model import EMBEDDED_DEFAULT
 from rlanything_core.envs.coding import CodeRunner
 from rlanything_core.envs.coding_problems import generate_coding_specs
 from rlanything_core.envs.common import SpecError
+from rlanything_core.envs.gui.browser import BrowserOptions
+from rlanything_core.envs.gui.tasks import generate_gui_specs
 from rlanything_core.envs.household import GoalType, generate_specs
 from rlanything_core.envs.specs import TaskSpec
 
@@ -158,11 +160,31 @@ class SandboxConfig(_Strict):
         )
 
 
+class BrowserConfig(_Strict):
+    """GUI tasks: how headless Chromium runs (see rlanything_core/envs/gui/browser.py)."""
+
+    executable: str = "/usr/bin/chromium"
+    """The Chromium binary Playwright drives (Debian's package by default)."""
+    viewport: tuple[int, int] = (900, 700)
+    """Page width and height in pixels (screenshots have this size)."""
+    action_timeout_ms: int = Field(3000, ge=100)
+    """Per-step timeout: how long one click, typing or choice may take before it counts as an
+    impossible action."""
+    screenshots: bool = True
+    """Save a PNG per step and record its path in the rollout rows."""
+
+    def options(self) -> BrowserOptions:
+        return BrowserOptions(
+            self.executable, self.viewport, self.action_timeout_ms, self.screenshots
+        )
+
+
 class EnvironmentConfig(_Strict):
     """The environment and its initial task pool."""
 
-    name: Literal["household", "coding"] = "household"
-    """Environment: the built-in ALFWorld-style household, or coding (programs run on tests)."""
+    name: Literal["household", "coding", "gui"] = "household"
+    """Environment: the built-in ALFWorld-style household, coding (programs run on tests), or gui
+    (web apps in headless Chromium)."""
     num_tasks: int = Field(16, ge=1)
     """Tasks in the initial pool. Paper (AlfWorld): 16 tasks per step; coding: 64."""
     split: Literal["id", "ood"] = "id"
@@ -170,9 +192,11 @@ class EnvironmentConfig(_Strict):
     seed: int = 0
     """Seed of the task generator."""
     step_slack: int = Field(6, ge=0)
-    """Household: each generated task allows the expert's plan length plus this many steps."""
+    """Household and gui: each generated task allows the expert's plan length plus this many
+    steps (the step limit)."""
     history_steps: int = Field(2, ge=0)
-    """Household: previous (action, observation) pairs shown in the policy's and RM's prompts."""
+    """Household: previous (action, observation) pairs shown in the policy's and RM's prompts;
+    gui: previous actions shown."""
     goals: list[GoalType] | None = None
     """Household: goal types of the tasks generated for `split` (the initial pool, warm starts
     and eval's set of that split); None = the split's own (id: put, clean_put, heat_put; ood:
@@ -189,17 +213,19 @@ class EnvironmentConfig(_Strict):
     with the built-in out-of-domain problems."""
     sandbox: SandboxConfig = SandboxConfig()
     """Coding: how programs and tests run."""
+    browser: BrowserConfig = BrowserConfig()
+    """Gui: how headless Chromium runs."""
 
     @model_validator(mode="after")
     def _ranges_draw_tasks(self) -> EnvironmentConfig:
-        if self.name == "coding":
+        if self.name != "household":
             narrowed = [
                 f for f in ("goals", "num_rooms", "num_distractors") if getattr(self, f) is not None
             ]
             if narrowed:
                 raise ValueError(
                     f"environment.{narrowed[0]} applies to the household environment only; "
-                    "remove it for name: coding."
+                    f"remove it for name: {self.name}."
                 )
         try:
             self.generate(self.split, self.num_tasks, self.seed)
@@ -209,9 +235,12 @@ class EnvironmentConfig(_Strict):
 
     def generate(self, split: Literal["id", "ood"], n: int, seed: int) -> list[TaskSpec]:
         """`n` task specs of `split`: household ones with this config's step slack and, for
-        `self.split`, its room and distractor ranges; or coding problems from `source`."""
+        `self.split`, its room and distractor ranges; coding problems from `source`; or gui
+        tasks drawn from the seed tasks."""
         if self.name == "coding":
             return list(generate_coding_specs(split, n, seed, self.source))
+        if self.name == "gui":
+            return list(generate_gui_specs(split, n, seed, self.step_slack))
         if split != self.split:
             return list(generate_specs(split, n, seed=seed, step_slack=self.step_slack))
         return list(

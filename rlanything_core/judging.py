@@ -23,11 +23,12 @@ STEP_KEY = ["task_id", "task_version", "rollout_idx", "step_idx"]
 
 
 def judge_prompts(
-    rollouts: pd.DataFrame, history_steps: int, coding: bool = False
+    rollouts: pd.DataFrame, history_steps: int, env: str = "household"
 ) -> list[Messages]:
     """One judge prompt per rollout row (same order), with the rollout's recent history; coding
-    rows get the coding judge prompt (problem, answer, program)."""
-    if coding:
+    rows get the coding judge prompt (problem, answer, program); gui rows show the earlier
+    actions only, not their pages (one page before and one after the step is long enough)."""
+    if env == "coding":
         return [
             coding_judge_messages(row.goal, row.response, row.action)
             for row in rollouts.itertuples()
@@ -42,9 +43,8 @@ def judge_prompts(
         by_row[int(idx)] = judge_messages(  # type: ignore[arg-type]
             row.goal, shown, row.observation, row.response, row.action, row.next_observation
         )
-        past.append(
-            (row.action if row.action is not None else INVALID_ACTION, row.next_observation)
-        )
+        action = row.action if row.action is not None else INVALID_ACTION
+        past.append((action, "" if env == "gui" else row.next_observation))
     return [by_row[int(i)] for i in rollouts.index]  # type: ignore[arg-type]
 
 
@@ -60,11 +60,11 @@ def judge(
     max_new_tokens: int,
     batch_size: int,
     history_steps: int,
-    coding: bool = False,
+    env: str = "household",
     on_batch: Callable[[int], None] | None = None,
 ) -> list[dict[str, object]]:
     """m votes per rollout step; one row per vote (the judgments schema)."""
-    prompts = judge_prompts(rollouts, history_steps, coding)
+    prompts = judge_prompts(rollouts, history_steps, env)
     jobs = []
     for (_, row), prompt in zip(rollouts.iterrows(), prompts, strict=True):
         for j in range(votes):

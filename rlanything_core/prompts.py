@@ -68,7 +68,7 @@ def judge_messages(
     lines = [f"Task: {goal}."]
     if history:
         lines.append("History:")
-        lines += [f"> {act}\n{obs}" for act, obs in history]
+        lines += [f"> {act}\n{obs}" if obs else f"> {act}" for act, obs in history]
     lines += [
         f"Observation before the step: {observation}",
         f"Agent's response: {response}",

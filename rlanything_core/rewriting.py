@@ -9,7 +9,9 @@ For a task q whose accuracy left (α_low, α_high):
    which small models manage far more often). A coding task is rewritten as its problem statement
    together with its tests.
 3. validation: the proposal must parse, pass the environment's spec validation (household:
-   solvable within its step limit; coding: tests of the task's style) and differ from q.
+   solvable within its step limit; coding: tests of the task's style; gui: the template is a
+   verifier of the task's app, its params fit the app, every hint names a real element, and the
+   step limit covers the expert's plan) and differ from q.
    Anything else is an *invalid candidate*: counted, with the reason recorded, never an error.
    Whether a rewritten coding task is solvable is left to the acceptance check: it is accepted
    only if some policy program passes all its tests.
@@ -24,6 +26,9 @@ import pandas as pd
 
 from rlanything_core.envs.coding import CodingSpec
 from rlanything_core.envs.common import SpecError
+from rlanything_core.envs.gui.apps import TEMPLATES
+from rlanything_core.envs.gui.tasks import EXAMPLE_HINT, GuiSpec
+from rlanything_core.envs.gui.tasks import MAX_STEPS as GUI_MAX_STEPS
 from rlanything_core.envs.household import (
     GOAL_TYPES,
     MAX_DISTRACTORS,
@@ -56,8 +61,28 @@ _FIELDS = (
 )
 
 
+GUI_ENV_SYSTEM = (
+    "You design tasks for an agent that operates web apps. A task is a JSON object with the "
+    "fields app, template, params, hints, max_steps and seed; the agent reads the template's "
+    "instruction followed by the hints."
+)
+
+
 def _system(spec: TaskSpec) -> str:
-    return CODING_ENV_SYSTEM if isinstance(spec, CodingSpec) else ENV_SYSTEM
+    if isinstance(spec, CodingSpec):
+        return CODING_ENV_SYSTEM
+    return GUI_ENV_SYSTEM if isinstance(spec, GuiSpec) else ENV_SYSTEM
+
+
+def _gui_fields(spec: GuiSpec) -> str:
+    own = sorted(t for t, v in TEMPLATES.items() if v.app == spec.app)
+    return (
+        "hints: a list of sentences, each naming an element of the app in single quotes, like "
+        f'"{EXAMPLE_HINT[spec.app]}"; more and more precise hints make the task easier, fewer '
+        "make it harder. template: one of "
+        f"{own} (a different goal in the same app; params must then fit it). max_steps: "
+        f"1-{GUI_MAX_STEPS}, fewer is harder."
+    )
 
 
 def critique_messages(
@@ -120,6 +145,9 @@ def rewrite_messages(spec: TaskSpec, direction: str, accuracy: float, critique: 
     if isinstance(spec, CodingSpec):
         current = json.dumps({"problem": spec.problem, "tests": spec.model_dump()["tests"]})
         fields, example = _coding_fields(spec), '{"problem": "...", "tests": [...]}'
+    elif isinstance(spec, GuiSpec):
+        current, fields = spec.to_json(), _gui_fields(spec)
+        example = json.dumps({"hints": [EXAMPLE_HINT[spec.app]]})
     else:
         current, fields, example = spec.to_json(), _FIELDS, '{"num_distractors": 3}'
     user = "\n".join(

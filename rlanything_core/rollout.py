@@ -7,13 +7,17 @@ rollout_idx, step_idx); it is stored in the row so any step can be replayed.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from rlanything_core.engines import Engine
 from rlanything_core.envs.coding import CodeRunner, CodingEpisode, CodingSpec
 from rlanything_core.envs.common import Episode, Move
+from rlanything_core.envs.gui.browser import Browser, BrowserOptions, GuiEpisode
+from rlanything_core.envs.gui.tasks import GuiSpec
 from rlanything_core.envs.household import HouseholdEpisode, HouseholdSpec
 from rlanything_core.envs.specs import TaskSpec
 from rlanything_core.parsing import parse_action_index
@@ -42,9 +46,22 @@ class Sampling:
     history_steps: int
 
 
+@dataclass(frozen=True)
+class GuiSetup:
+    """Where GUI episodes run and keep their screenshots."""
+
+    options: BrowserOptions = field(default_factory=BrowserOptions)
+    screens: Path | None = None
+    """Screenshots go to screens/<task_id>-v<version>/rollout_<g>/step_<k>.png (None: none)."""
+    root: Path | None = None
+    """Screenshot paths are recorded relative to this directory (the run directory)."""
+
+
 class HouseholdAgentEpisode:
     """A household episode as the policy plays it: numbered admissible actions in the prompt,
     the last `history_steps` (action, observation) pairs shown, the action number in \\boxed{}."""
+
+    screenshot: str | None = None
 
     def __init__(self, spec: HouseholdSpec, history_steps: int) -> None:
         self.episode = HouseholdEpisode(spec)
@@ -72,10 +89,21 @@ class HouseholdAgentEpisode:
         return Move(action, result.valid, result.observation, result.progress, result.done)
 
 
-def make_episode(spec: TaskSpec, history_steps: int, runner: CodeRunner) -> Episode:
-    """A fresh episode of any environment's task."""
+def make_episode(
+    spec: TaskSpec,
+    history_steps: int,
+    runner: CodeRunner,
+    browser: Browser | None = None,
+    shots: Path | None = None,
+    root: Path | None = None,
+) -> Episode:
+    """A fresh episode of any environment's task (gui tasks need the running `browser`)."""
     if isinstance(spec, CodingSpec):
         return CodingEpisode(spec, runner)
+    if isinstance(spec, GuiSpec):
+        if browser is None:
+            raise ValueError("a gui task needs a running Browser")
+        return GuiEpisode(spec, browser, history_steps, shots, root)
     return HouseholdAgentEpisode(spec, history_steps)
 
 
@@ -90,17 +118,66 @@ def play(
     sampling: Sampling,
     purpose: str = "rollout",
     runner: CodeRunner | None = None,
+    gui: GuiSetup | None = None,
     on_episodes: Callable[[int], None] | None = None,
 ) -> list[dict[str, object]]:
     """Play every task `rollouts_per_task` times; return one row per step (the rollouts schema).
 
     `purpose` separates the seed streams of the round's rollouts and of acceptance checks.
     `runner` runs coding tasks' tests (default: the strongest sandbox, 1 GiB per program).
+    `gui` says how gui tasks run; Chromium and the app server start here when some task is a gui
+    task, and stop before this returns.
     `on_episodes(n)` is called after each lockstep step with the number of episodes that ended.
     """
     runner = runner or CodeRunner()
+    gui = gui or GuiSetup()
+    with contextlib.ExitStack() as stack:
+        browser = None
+        if any(isinstance(t.spec, GuiSpec) for t in tasks):
+            browser = stack.enter_context(Browser(gui.options))
+        return _play_all(
+            engine,
+            tasks,
+            rollouts_per_task,
+            round_idx,
+            base_seed,
+            checkpoint,
+            sampling,
+            purpose,
+            runner,
+            browser,
+            gui,
+            on_episodes,
+        )
+
+
+def _play_all(
+    engine: Engine,
+    tasks: Sequence[TaskRef],
+    rollouts_per_task: int,
+    round_idx: int,
+    base_seed: int,
+    checkpoint: str,
+    sampling: Sampling,
+    purpose: str,
+    runner: CodeRunner,
+    browser: Browser | None,
+    gui: GuiSetup,
+    on_episodes: Callable[[int], None] | None,
+) -> list[dict[str, object]]:
+    def shots(task: TaskRef, g: int) -> Path | None:
+        if gui.screens is None:
+            return None
+        return gui.screens / f"{task.task_id}-v{task.task_version}" / f"rollout_{g}"
+
     episodes = [
-        (task, g, make_episode(task.spec, sampling.history_steps, runner))
+        (
+            task,
+            g,
+            make_episode(
+                task.spec, sampling.history_steps, runner, browser, shots(task, g), gui.root
+            ),
+        )
         for task in tasks
         for g in range(rollouts_per_task)
     ]
@@ -110,7 +187,10 @@ def play(
             active = [i for i, (_, _, ep) in enumerate(episodes) if not ep.done]
             if not active:
                 break
-            shown = [(episodes[i][2].observation, episodes[i][2].steps_taken) for i in active]
+            shown = [
+                (episodes[i][2].observation, episodes[i][2].steps_taken, episodes[i][2].screenshot)
+                for i in active
+            ]
             seeds = [
                 derive_seed(
                     base_seed,
@@ -130,11 +210,13 @@ def play(
                 temperature=sampling.temperature,
                 batch_size=sampling.batch_size,
             )
-            # Household moves are instant; coding moves run tests in the sandbox, in parallel.
+            # Household moves are instant; coding moves run tests in the sandbox, in parallel;
+            # gui moves drive the browser, whose Playwright objects belong to this thread.
+            mapper = map if browser is not None else pool.map
             moves = list(
-                pool.map(lambda i, o: episodes[i][2].act(o.text), active, outs)  # type: ignore[misc]
+                mapper(lambda i, o: episodes[i][2].act(o.text), active, outs)  # type: ignore[misc]
             )
-            for i, seed, out, (observation, step_idx), move in zip(
+            for i, seed, out, (observation, step_idx, screenshot), move in zip(
                 active, seeds, outs, shown, moves, strict=True
             ):
                 task, g, ep = episodes[i]
@@ -157,6 +239,7 @@ def play(
                         "progress": move.progress,
                         "done": move.done,
                         "pass_fraction": move.pass_fraction,
+                        "screenshot": screenshot,
                         "prompt_token_ids": out.prompt_token_ids,
                         "response_token_ids": out.token_ids,
                         "sampler_logprobs": out.logprobs,

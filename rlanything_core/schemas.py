@@ -92,6 +92,8 @@ SCHEMAS: dict[str, pa.Schema] = {
             _f("progress", pa.bool_()),  # ground truth from the expert planner
             _f("done", pa.bool_()),
             _f("pass_fraction", pa.float64(), nullable=True),  # coding: tests passed; else null
+            # gui: the screenshot of `observation` (a PNG path relative to the run directory)
+            _f("screenshot", pa.string(), nullable=True),
             _f("outcome", pa.int8()),  # +1 success / −1 failure of the whole episode
             _f("num_steps", pa.int32()),  # length of the episode this step belongs to
             _f("finish_reason", pa.string()),  # "stop" (EOS) | "length" (max_new_tokens)

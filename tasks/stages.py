@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+from pathlib import Path
 
 import pandas as pd
 import torch
@@ -33,12 +34,19 @@ from rlanything_core.demos import (
 from rlanything_core.engines import Engine, open_engine
 from rlanything_core.envs.coding import CodingSpec
 from rlanything_core.envs.coding_problems import reference_pairs
+from rlanything_core.envs.gui.tasks import GuiSpec
 from rlanything_core.envs.specs import parse_task_spec
+from rlanything_core.gui_demos import (
+    gui_judge_demonstrations,
+    gui_policy_demonstrations,
+    gui_rewrite_demonstrations,
+    gui_trajectories,
+)
 from rlanything_core.judging import judge
 from rlanything_core.pool import next_pool, task_refs
 from rlanything_core.prompts import Messages
 from rlanything_core.rewriting import critique_messages, parse_rewrite, rewrite_messages
-from rlanything_core.rollout import Sampling, TaskRef, play
+from rlanything_core.rollout import GuiSetup, Sampling, TaskRef, play
 from rlanything_core.rundir import RunDir
 from rlanything_core.schemas import read_dataset, rows_frame, write_dataset
 from rlanything_core.seeding import derive_seed
@@ -77,8 +85,11 @@ def play_tasks(
     checkpoint: str,
     purpose: str,
     description: str,
+    screens: Path | None = None,
+    root: Path | None = None,
 ) -> list[dict[str, object]]:
-    """A loaded policy plays every task, sampling as `config.policy.model` says; progress bar."""
+    """A loaded policy plays every task, sampling as `config.policy.model` says; progress bar.
+    Gui episodes save screenshots under `screens`, recorded relative to `root`."""
     with progress(description, total=len(tasks) * rollouts_per_task) as advance:
         return play(
             engine,
@@ -90,6 +101,7 @@ def play_tasks(
             sampling=_sampling(config.policy.model, config),
             purpose=purpose,
             runner=config.environment.sandbox.runner(),
+            gui=GuiSetup(config.environment.browser.options(), screens, root),
             on_episodes=advance,
         )
 
@@ -118,7 +130,7 @@ def judge_steps(
             max_new_tokens=rm.model.max_new_tokens,
             batch_size=rm.model.batch_size,
             history_steps=config.environment.history_steps,
-            coding=config.environment.name == "coding",
+            env=config.environment.name,
             on_batch=advance,
         )
 
@@ -130,6 +142,7 @@ def _play(
     `policy.rollout_workers` Dask worker processes (prefect-dask) in task order, so that the rows
     come out as one process would write them."""
     workers = min(config.policy.rollout_workers, len(tasks))
+    screens = run.round_dir(r) / "screenshots" / purpose
     if not tasks or (workers <= 1 and not config.policy.rollout_cluster):
         engine = open_engine(config.policy.model, source, "policy", config.policy.update.lora_rank)
         return play_tasks(
@@ -142,6 +155,8 @@ def _play(
             checkpoint=run.label(source),
             purpose=purpose,
             description=f"round {r} {purpose}",
+            screens=screens,
+            root=run.root,
         )
     bounds = [len(tasks) * k // workers for k in range(workers + 1)]
     shards = [tasks[a:b] for a, b in itertools.pairwise(bounds)]
@@ -168,6 +183,8 @@ def _play(
                     "checkpoint": run.label(source),
                     "purpose": purpose,
                     "threads": threads,
+                    "screens": screens,
+                    "root": run.root,
                 },
             )
             for k, shard in enumerate(shards)
@@ -195,6 +212,8 @@ def play_shard(
     checkpoint: str,
     purpose: str,
     threads: int | None,
+    screens: Path | None = None,
+    root: Path | None = None,
 ) -> list[dict[str, object]]:
     """One worker's share of `_play`: its own copy of the policy plays its tasks G times."""
     if threads is not None:
@@ -210,6 +229,7 @@ def play_shard(
         sampling=_sampling(config.policy.model, config),
         purpose=purpose,
         runner=config.environment.sandbox.runner(),
+        gui=GuiSetup(config.environment.browser.options(), screens, root),
     )
 
 
@@ -294,6 +314,16 @@ def _warm_start_demos(config: RunConfig, role: str, ws: WarmStartConfig) -> list
             return unit_test_demonstrations(pairs)
         return coding_judge_demonstrations(pairs, label_noise=ws.label_noise, seed=config.seed)
     specs = env.generate(env.split, ws.episodes, seed)
+    if env.name == "gui":
+        gui_specs = [s for s in specs if isinstance(s, GuiSpec)]
+        if role == "env_model":
+            return gui_rewrite_demonstrations(gui_specs, seed=config.seed)
+        steps = gui_trajectories(
+            gui_specs, ws.noise, env.history_steps, config.seed, env.browser.options()
+        )
+        if role == "policy":
+            return gui_policy_demonstrations(steps, explain=ws.explain)
+        return gui_judge_demonstrations(steps, label_noise=ws.label_noise, seed=config.seed)
     if role == "policy":
         return policy_demonstrations(
             specs,

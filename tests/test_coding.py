@@ -384,7 +384,7 @@ def test_step_judge_mode_for_coding_hides_the_test_results() -> None:
             "next_observation": ["2/2 tests passed"],
         }
     )
-    (prompt,) = judge_prompts(rollouts, history_steps=2, coding=True)
+    (prompt,) = judge_prompts(rollouts, history_steps=2, env="coding")
     text = "\n".join(m["content"] for m in prompt)
     assert ADD.problem in text and GOOD_ADD.strip() in text and "\\boxed{1}" in text
     assert "tests passed" not in text

@@ -555,3 +555,47 @@ def test_rloop_two_cycles_end_to_end(tmp_path: Path) -> None:
             output_format="list",
         )
         assert {"round_000", "round_001"} <= {r.info.run_name for r in rounds}
+
+
+def test_gui_two_rounds_in_headless_chromium(tmp_path: Path) -> None:
+    """configs/gui-tiny.yaml: every stage of two rounds on web apps in headless Chromium (started
+    and stopped by the rollout stages); screenshot paths in the rollouts resolve to PNG files;
+    the policy's warm start was made by the expert in the browser; eval writes its own."""
+    config = load_config(ROOT / "configs" / "gui-tiny.yaml")
+    run = RunDir(tmp_path / "run")
+    summary = rlanything_train(config=config, run_dir=str(run.root))
+    assert [r["round"] for r in summary["rounds"]] == [0, 1]
+    for r in range(2):
+        for stage in STAGES:
+            assert run.finished(r, stage) is not None, (r, stage)
+        for name in ROUND_FILES:
+            read_dataset(run.dataset(r, name), name)
+        rollouts = read_dataset(run.dataset(r, "rollouts"), "rollouts")
+        assert rollouts["observation"].str.contains(r"(?:^|\n)Page: ").all()
+        assert rollouts["screenshot"].notna().all()
+        for shot in rollouts["screenshot"]:
+            assert (run.root / shot).read_bytes().startswith(b"\x89PNG\r\n\x1a\n"), shot
+        assert set(rollouts["outcome"]) <= {-1, 1}
+    pool = read_dataset(run.dataset(2, "tasks"), "tasks")
+    assert set(pool["env"]) == {"gui"}
+    candidates = read_dataset(run.dataset(0, "candidates"), "candidates")
+    assert len(candidates) > 0 and candidates.loc[~candidates["valid"], "error"].notna().all()
+    sft = read_dataset(run.root / "warm_start" / "policy_sft.parquet", "sft_samples")
+    assert len(sft) > 0 and sft["prompt"].str.contains("Page: ").all()
+    assert sft["response"].str.contains(r"\\boxed\{(?:click|type|select|done)\(").all()
+    start = _weights(Path(resolve_source(config.policy.model.source)))
+    end = _weights(run.warm_start_checkpoint("policy"))
+    assert any(not torch.equal(start[k], end[k]) for k in start)
+
+    out = tmp_path / "eval"
+    metrics = rlanything_eval(
+        config=config,
+        policy=str(run.checkpoint("policy", 1)),
+        reward_model=str(run.checkpoint("reward_model", 1)),
+        out_dir=str(out),
+    )
+    for split in ("id", "ood"):
+        assert 0.0 <= metrics[f"eval/{split}/policy_accuracy"] <= 1.0
+        rollouts = read_dataset(out / f"{split}_rollouts.parquet", "rollouts")
+        assert rollouts["task_id"].str.startswith(f"eval-{split}").all()
+        assert all((out / shot).is_file() for shot in rollouts["screenshot"])

@@ -331,6 +331,8 @@ class CodeRunner:
 class CodingEpisode:
     """A coding task as the policy plays it: one step, whose answer's program is tested."""
 
+    screenshot: str | None = None
+
     def __init__(self, spec: CodingSpec, runner: CodeRunner) -> None:
         self.spec = spec
         self.runner = runner

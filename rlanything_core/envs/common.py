@@ -36,6 +36,8 @@ class Episode(Protocol):
     steps_taken: int
     done: bool
     success: bool
+    screenshot: str | None
+    """Gui: the path of the screenshot of `observation`; None elsewhere."""
 
     def messages(self) -> list[dict[str, str]]:
         """The policy's prompt for the next step."""

@@ -6,14 +6,17 @@ from typing import Literal
 
 from rlanything_core.envs.coding import CodingSpec, parse_coding_spec
 from rlanything_core.envs.common import SpecError
+from rlanything_core.envs.gui.tasks import GuiSpec, parse_gui_spec
 from rlanything_core.envs.household import HouseholdSpec, parse_spec
 
-EnvName = Literal["household", "coding"]
-TaskSpec = HouseholdSpec | CodingSpec
+EnvName = Literal["household", "coding", "gui"]
+TaskSpec = HouseholdSpec | CodingSpec | GuiSpec
 
 
 def env_name(spec: TaskSpec) -> EnvName:
-    return "coding" if isinstance(spec, CodingSpec) else "household"
+    if isinstance(spec, CodingSpec):
+        return "coding"
+    return "gui" if isinstance(spec, GuiSpec) else "household"
 
 
 def parse_task_spec(env: str, spec: str | dict[str, object]) -> TaskSpec:
@@ -22,4 +25,8 @@ def parse_task_spec(env: str, spec: str | dict[str, object]) -> TaskSpec:
         return parse_spec(spec)
     if env == "coding":
         return parse_coding_spec(spec)
-    raise SpecError(f"unknown environment {env!r} in a task row; use 'household' or 'coding'.")
+    if env == "gui":
+        return parse_gui_spec(spec)
+    raise SpecError(
+        f"unknown environment {env!r} in a task row; use 'household', 'coding' or 'gui'."
+    )

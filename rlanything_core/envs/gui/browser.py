@@ -34,7 +34,7 @@ from typing import Any
 from rlanything_core.atomic import atomic_path
 from rlanything_core.envs.common import Move
 from rlanything_core.envs.gui.apps import APPS, App, OperationError, State, distance
-from rlanything_core.envs.gui.tasks import GuiSpec
+from rlanything_core.envs.gui.tasks import GuiSpec, hint_sentence
 from rlanything_core.parsing import last_boxed
 
 INVALID_ACTION = "(invalid)"
@@ -447,6 +447,19 @@ class GuiEpisode:
     def id_of(self, key: str) -> int | None:
         """The id the policy sees for the element with this data-key (None: not seen yet)."""
         return self.ids.get(key)
+
+    def expert(self) -> tuple[GuiAction, str]:
+        """The expert's next action, in the policy's terms, and its hint sentence."""
+        plan = self.spec.plan(self.state())
+        if plan is None:
+            raise RuntimeError("the goal cannot be reached from this state")
+        step = plan[0]
+        if step[0] == "done":
+            return GuiAction("done"), "The task is complete."
+        element = self.id_of(step[1])
+        assert element is not None, f"the expert's element {step[1]} is not on the page"
+        text = step[2] if len(step) > 2 else None
+        return GuiAction(step[0], element, text), hint_sentence(self.spec, step)
 
     # -- acting ---------------------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ MAX_STEPS = 40
 MAX_HINTS = 8
 MAX_HINT_CHARS = 200
 _QUOTED = re.compile(r"'([^']+)'")
+EXAMPLE_HINT = {"settings": "Click 'Save'.", "mail": "Click 'Archive'.", "files": "Click 'Delete'."}
 
 
 class GuiSpec(BaseModel):
@@ -248,7 +249,7 @@ def parse_gui_spec(data: str | dict[str, object]) -> GuiSpec:
         if not named or len(hint) > MAX_HINT_CHARS:
             raise SpecError(
                 f"hint {hint!r} must quote a real element of the {spec.app} app, like "
-                f"\"Click 'Save'.\", in at most {MAX_HINT_CHARS} characters."
+                f'"{EXAMPLE_HINT[spec.app]}", in at most {MAX_HINT_CHARS} characters.'
             )
     if len(plan) > spec.max_steps:
         raise SpecError(
