@@ -227,6 +227,14 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _gui_strip(args: argparse.Namespace) -> int:
+    from rlanything_core.envs.gui.strip import episode_strip
+
+    out = episode_strip(args.task, Path(args.out), seed=args.seed)
+    console.print(f"wrote the screenshots of seed task {args.task} to {out}")
+    return 0
+
+
 def _run(config: Any, run_dir: str) -> int:
     _prefect_defaults()
     from flows.train import rlanything_train
@@ -297,16 +305,29 @@ def main(argv: list[str] | None = None) -> int:
     sv.add_argument("--dtype", default="auto", help='"auto" or a torch dtype name')
     sv.add_argument("--batch-size", type=int, default=32, help="requests decoded together")
     sv.set_defaults(func=_serve)
+    gs = sub.add_parser("gui-strip", help="a PNG strip of one GUI episode's screenshots")
+    gs.add_argument("--task", type=int, default=5, help="seed task number (default 5)")
+    gs.add_argument("--seed", type=int, default=0, help="the app's starting-state seed")
+    gs.add_argument("--out", default="docs/gui-strip.png", help="output PNG")
+    gs.set_defaults(func=_gui_strip)
     args = parser.parse_args(argv)
     from rlanything_core.config import ConfigError
     from rlanything_core.default_model import ModelNotFoundError
     from rlanything_core.envs.common import SpecError
+    from rlanything_core.envs.gui.browser import BrowserError
     from rlanything_core.sandbox import SandboxError
     from rlanything_core.schemas import SchemaError
 
     try:
         return int(args.func(args))
-    except (ConfigError, ModelNotFoundError, SandboxError, SchemaError, SpecError) as exc:
+    except (
+        BrowserError,
+        ConfigError,
+        ModelNotFoundError,
+        SandboxError,
+        SchemaError,
+        SpecError,
+    ) as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2
 

@@ -51,7 +51,7 @@ INTERACTIVE_ROLES = frozenset(
     {"button", "tab", "switch", "checkbox", "textbox", "combobox", "option", "treeitem", "link"}
 )
 _PAGE_STYLE = (
-    "body{font:15px system-ui,sans-serif;margin:16px;color:#222}"
+    "body{font:15px system-ui,sans-serif;margin:16px;color:#222}main{max-width:600px}"
     "[role=tab]{padding:4px 12px;border:1px solid #999;background:#eee}"
     "[role=tab][aria-selected=true]{background:#fff;border-bottom-color:#fff;font-weight:600}"
     "[role=tabpanel]{border:1px solid #999;padding:4px 12px;margin-bottom:8px}"
