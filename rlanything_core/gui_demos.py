@@ -50,7 +50,11 @@ def gui_trajectories(
         for n, spec in enumerate(specs):
             episode = GuiEpisode(spec, browser, history_steps, None, None)
             while not episode.done:
-                action, sentence = episode.expert()
+                step = episode.expert()
+                if step is None:  # a random click lost the goal: the rest teaches nothing
+                    episode.close()
+                    break
+                action, sentence = step
                 expert = _answer(action, sentence)
                 taken = expert
                 if rng.random() < noise and episode.keys:

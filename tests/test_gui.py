@@ -37,6 +37,12 @@ from rlanything_core.envs.gui.tasks import (
     generate_gui_specs,
     parse_gui_spec,
 )
+from rlanything_core.gui_demos import (
+    gui_judge_demonstrations,
+    gui_policy_demonstrations,
+    gui_rewrite_demonstrations,
+    gui_trajectories,
+)
 from rlanything_core.rewriting import parse_rewrite
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -153,7 +159,7 @@ def test_spec_validation_names_the_problem() -> None:
         with pytest.raises(SpecError, match=re.escape(message)):
             parse_gui_spec({**base, **change})
     spec = parse_gui_spec({**base, "hints": ["Type 'invoice' in 'Search mail'."]})
-    assert spec.goal_text.endswith("Hints: Type 'invoice' in 'Search mail'.")
+    assert spec.goal_text.endswith("Hints: Type 'invoice' in 'Search mail'")
 
 
 def test_rewrites_change_hints_or_template_and_are_validated() -> None:
@@ -216,8 +222,9 @@ def browser() -> Iterator[Browser]:
 
 
 def _expert_answer(episode: GuiEpisode) -> str:
-    action, sentence = episode.expert()
-    return f"{sentence} \\boxed{{{action}}}"
+    step = episode.expert()
+    assert step is not None
+    return f"{step[1]} \\boxed{{{step[0]}}}"
 
 
 @pytest.mark.parametrize(
@@ -293,3 +300,21 @@ def test_each_episode_gets_a_fresh_profile(browser: Browser) -> None:
     assert first.page.context is not second.page.context
     first.close()
     second.close()
+
+
+def test_noisy_expert_demonstrations_in_chromium() -> None:
+    """Warm-start data: the expert's answers on pages of noisy episodes (an episode whose random
+    click lost the goal ends there), judge pairs labelled by progress, hint rewrites."""
+    specs = generate_gui_specs("id", 4, seed=3)
+    steps = gui_trajectories(specs, 0.6, 1, seed=0, options=BrowserOptions())
+    assert steps and {s.task_id for s in steps} <= {f"demo-{n:03d}" for n in range(4)}
+    policy = gui_policy_demonstrations(steps, explain=False)
+    assert all(re.fullmatch(r"\\boxed\{\w+\(.*\)\}", d.answer) for d in policy)
+    assert all("Page: " in d.prompt[-1]["content"] for d in policy)
+    judge = gui_judge_demonstrations(steps, label_noise=0.0, seed=0)
+    verdicts = [d.answer.endswith("\\boxed{1}") for d in judge]
+    assert verdicts == [s.progress for s in steps] and not all(verdicts)
+    rewrites = gui_rewrite_demonstrations(generate_gui_specs("id", 16, seed=0), seed=0)
+    assert rewrites
+    for demo in rewrites:
+        assert set(json.loads(demo.answer)) == {"hints"}

@@ -448,11 +448,12 @@ class GuiEpisode:
         """The id the policy sees for the element with this data-key (None: not seen yet)."""
         return self.ids.get(key)
 
-    def expert(self) -> tuple[GuiAction, str]:
-        """The expert's next action, in the policy's terms, and its hint sentence."""
+    def expert(self) -> tuple[GuiAction, str] | None:
+        """The expert's next action, in the policy's terms, and its hint sentence; None when the
+        goal cannot be reached any more (a wrong irreversible step was taken)."""
         plan = self.spec.plan(self.state())
         if plan is None:
-            raise RuntimeError("the goal cannot be reached from this state")
+            return None
         step = plan[0]
         if step[0] == "done":
             return GuiAction("done"), "The task is complete."

@@ -37,7 +37,9 @@ def episode_strip(
     with tempfile.TemporaryDirectory() as tmp, Browser(options or BrowserOptions()) as browser:
         episode = GuiEpisode(spec, browser, 0, Path(tmp), Path(tmp))
         while not episode.done:
-            action, _ = episode.expert()
+            step = episode.expert()
+            assert step is not None, "the expert never loses the goal"
+            action = step[0]
             assert episode.screenshot is not None
             frames.append((Path(tmp) / episode.screenshot, f"step {episode.steps_taken}: {action}"))
             episode.act(f"\\boxed{{{action}}}")

@@ -92,7 +92,7 @@ class GuiSpec(BaseModel):
 
     @property
     def goal_text(self) -> str:
-        hints = " ".join(self.hints)
+        hints = " ".join(self.hints).rstrip(".")  # prompts add the final period
         return f"{self.task_text}. Hints: {hints}" if hints else self.task_text
 
     def initial_state(self) -> State:

@@ -1,0 +1,115 @@
+"""GUI environment throughput and success, in headless Chromium.
+
+1. The environment alone: the scripted expert plays every seed task (settings, mail, files) with
+   screenshots on; steps per second of the browser, the app server and the verifier together.
+2. With a policy (optional): a finished gui training run (--run-dir) gives, per round, the rollout
+   stage's steps per second, the episodes' success rate and the invalid-action rate; an
+   evaluation directory (--eval-dir, written by `rlanything eval`) gives held-out success rates.
+
+    python benchmarks/gui.py --run-dir runs/gui-demo --eval-dir runs/gui-demo-eval \
+        --out benchmarks/results/gui-demo.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from common import save
+
+from rlanything_core.envs.gui.browser import Browser, BrowserOptions, GuiEpisode
+from rlanything_core.envs.gui.tasks import SEED_TASKS, parse_gui_spec
+from rlanything_core.rundir import RunDir
+from rlanything_core.schemas import read_dataset
+
+
+def expert_throughput(repeats: int) -> dict[str, Any]:
+    """The expert plays every seed task `repeats` times (new starting-state seed each time)."""
+    steps = episodes = solved = 0
+    with tempfile.TemporaryDirectory() as tmp, Browser(BrowserOptions()) as browser:
+        start = time.perf_counter()
+        for k in range(repeats):
+            for n, (_, app, template, params) in enumerate(SEED_TASKS):
+                spec = parse_gui_spec(
+                    {"app": app, "template": template, "params": params, "max_steps": 40, "seed": k}
+                )
+                shots = Path(tmp) / f"{k}-{n}"
+                episode = GuiEpisode(spec, browser, 0, shots, Path(tmp))
+                while not episode.done:
+                    step = episode.expert()
+                    assert step is not None, "the expert never loses the goal"
+                    episode.act(f"\\boxed{{{step[0]}}}")
+                steps += episode.steps_taken
+                episodes += 1
+                solved += episode.success
+        seconds = time.perf_counter() - start
+    return {
+        "episodes": episodes,
+        "steps": steps,
+        "seconds": round(seconds, 2),
+        "steps_per_s": round(steps / seconds, 2),
+        "episodes_per_s": round(episodes / seconds, 3),
+        "success_rate": solved / episodes,
+    }
+
+
+def run_rounds(run_dir: Path) -> list[dict[str, Any]]:
+    """Per round of a finished run: rollout throughput, success and invalid actions."""
+    run = RunDir(run_dir)
+    rounds = []
+    r = 0
+    while (marker := run.finished(r, "rollout")) is not None:
+        rollouts = read_dataset(run.dataset(r, "rollouts"), "rollouts")
+        episodes = rollouts.drop_duplicates(["task_id", "task_version", "rollout_idx"])
+        rounds.append(
+            {
+                "round": r,
+                "episodes": len(episodes),
+                "steps": len(rollouts),
+                "rollout_seconds": round(marker["seconds"], 1),
+                "steps_per_s": round(len(rollouts) / marker["seconds"], 3),
+                "success_rate": float((episodes["outcome"] > 0).mean()),
+                "invalid_action_rate": float((~rollouts["action_valid"]).mean()),
+                "progress_rate": float(rollouts["progress"].mean()),
+            }
+        )
+        r += 1
+    return rounds
+
+
+def eval_success(eval_dir: Path) -> dict[str, Any]:
+    """Held-out success and invalid-action rates from `rlanything eval`'s rollouts."""
+    out: dict[str, Any] = {}
+    for split in ("id", "ood"):
+        rollouts = pd.read_parquet(eval_dir / f"{split}_rollouts.parquet")
+        episodes = rollouts.drop_duplicates(["task_id", "task_version", "rollout_idx"])
+        out[split] = {
+            "episodes": len(episodes),
+            "success_rate": float((episodes["outcome"] > 0).mean()),
+            "invalid_action_rate": float((~rollouts["action_valid"]).mean()),
+        }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=2, help="expert passes over the seed tasks")
+    parser.add_argument("--run-dir", type=Path, help="a finished gui training run")
+    parser.add_argument("--eval-dir", type=Path, help="`rlanything eval` output of a gui policy")
+    parser.add_argument("--out", default="benchmarks/results/gui.json")
+    args = parser.parse_args()
+    result: dict[str, Any] = {"expert": expert_throughput(args.repeats)}
+    if args.run_dir:
+        result["run_dir"] = str(args.run_dir)
+        result["rounds"] = run_rounds(args.run_dir)
+    if args.eval_dir:
+        result["eval"] = eval_success(args.eval_dir)
+    save(args.out, result)
+
+
+if __name__ == "__main__":
+    main()
