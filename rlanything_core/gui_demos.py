@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 from dataclasses import dataclass
@@ -41,12 +42,20 @@ def _answer(action: GuiAction, sentence: str) -> str:
 
 
 def gui_trajectories(
-    specs: list[GuiSpec], noise: float, history_steps: int, seed: int, options: BrowserOptions
+    specs: list[GuiSpec],
+    noise: float,
+    history_steps: int,
+    seed: int,
+    options: BrowserOptions,
+    browser: Browser | None = None,
 ) -> list[_Step]:
-    """Every step of one noisy-expert episode per spec, played in headless Chromium."""
+    """Every step of one noisy-expert episode per spec, played in headless Chromium: in
+    `browser`, or in one started (with `options`) and stopped here."""
     rng = random.Random(seed)
     steps: list[_Step] = []
-    with Browser(options) as browser:
+    with contextlib.ExitStack() as stack:
+        if browser is None:
+            browser = stack.enter_context(Browser(options))
         for n, spec in enumerate(specs):
             episode = GuiEpisode(spec, browser, history_steps, None, None)
             while not episode.done:

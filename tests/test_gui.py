@@ -302,11 +302,11 @@ def test_each_episode_gets_a_fresh_profile(browser: Browser) -> None:
     second.close()
 
 
-def test_noisy_expert_demonstrations_in_chromium() -> None:
+def test_noisy_expert_demonstrations_in_chromium(browser: Browser) -> None:
     """Warm-start data: the expert's answers on pages of noisy episodes (an episode whose random
     click lost the goal ends there), judge pairs labelled by progress, hint rewrites."""
     specs = generate_gui_specs("id", 4, seed=3)
-    steps = gui_trajectories(specs, 0.6, 1, seed=0, options=BrowserOptions())
+    steps = gui_trajectories(specs, 0.6, 1, seed=0, options=BrowserOptions(), browser=browser)
     assert steps and {s.task_id for s in steps} <= {f"demo-{n:03d}" for n in range(4)}
     policy = gui_policy_demonstrations(steps, explain=False)
     assert all(re.fullmatch(r"\\boxed\{\w+\(.*\)\}", d.answer) for d in policy)

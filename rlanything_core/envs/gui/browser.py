@@ -213,7 +213,8 @@ class BrowserOptions:
 
 
 class Browser:
-    """Headless Chromium under Playwright, and the app server; a context manager."""
+    """Headless Chromium under Playwright, and the app server; a context manager. Playwright's
+    sync API allows one running Browser per thread, used from that thread only."""
 
     def __init__(self, options: BrowserOptions) -> None:
         self.options = options
