@@ -73,6 +73,27 @@ def rows() -> list[tuple[str, str, str]]:
                 "trl-grpo.json",
             )
         )
+    gui = _load("gui-demo")
+    if gui:
+        ex = gui["expert"]
+        out.append(
+            (
+                "GUI environment alone (expert, headless Chromium, screenshots on)",
+                f"**{ex['steps_per_s']:.2f} steps/s** over {ex['episodes']} episodes "
+                f"({ex['steps']} steps), success {ex['success_rate']:.0%}",
+                "gui-demo.json",
+            )
+        )
+        for r in gui.get("rounds", []):
+            out.append(
+                (
+                    f"GUI rollouts, SmolLM2 policy, round {r['round']}",
+                    f"**{r['steps_per_s']:.2f} steps/s** ({r['steps']} steps, {r['episodes']} "
+                    f"episodes in {r['rollout_seconds']:.0f} s), success "
+                    f"{r['success_rate']:.1%}, invalid actions {r['invalid_action_rate']:.1%}",
+                    "gui-demo.json",
+                )
+            )
     return out
 
 
