@@ -56,6 +56,12 @@ class GuiSetup:
     root: Path | None = None
     """Screenshot paths are recorded relative to this directory (the run directory)."""
 
+    def shots(self, task: TaskRef, g: int) -> tuple[Path | None, Path | None]:
+        """The screenshot directory of rollout g of `task`, and the root paths are relative to."""
+        if self.screens is None:
+            return None, None
+        return self.screens / f"{task.task_id}-v{task.task_version}" / f"rollout_{g}", self.root
+
 
 class HouseholdAgentEpisode:
     """A household episode as the policy plays it: numbered admissible actions in the prompt,
@@ -135,52 +141,52 @@ def play(
         browser = None
         if any(isinstance(t.spec, GuiSpec) for t in tasks):
             browser = stack.enter_context(Browser(gui.options))
-        return _play_all(
+        episodes = [
+            (
+                task,
+                g,
+                make_episode(
+                    task.spec, sampling.history_steps, runner, browser, *gui.shots(task, g)
+                ),
+            )
+            for task in tasks
+            for g in range(rollouts_per_task)
+        ]
+        rows = _step_all(
             engine,
-            tasks,
-            rollouts_per_task,
+            episodes,
             round_idx,
             base_seed,
             checkpoint,
             sampling,
             purpose,
             runner,
-            browser,
-            gui,
+            browser is not None,
             on_episodes,
         )
+    flat: list[dict[str, object]] = []
+    for (_, _, ep), steps in zip(episodes, rows, strict=True):
+        for row in steps:
+            row["outcome"] = 1 if ep.success else -1
+            row["num_steps"] = ep.steps_taken
+        flat += steps
+    return flat
 
 
-def _play_all(
+def _step_all(
     engine: Engine,
-    tasks: Sequence[TaskRef],
-    rollouts_per_task: int,
+    episodes: list[tuple[TaskRef, int, Episode]],
     round_idx: int,
     base_seed: int,
     checkpoint: str,
     sampling: Sampling,
     purpose: str,
     runner: CodeRunner,
-    browser: Browser | None,
-    gui: GuiSetup,
+    serial: bool,
     on_episodes: Callable[[int], None] | None,
-) -> list[dict[str, object]]:
-    def shots(task: TaskRef, g: int) -> Path | None:
-        if gui.screens is None:
-            return None
-        return gui.screens / f"{task.task_id}-v{task.task_version}" / f"rollout_{g}"
-
-    episodes = [
-        (
-            task,
-            g,
-            make_episode(
-                task.spec, sampling.history_steps, runner, browser, shots(task, g), gui.root
-            ),
-        )
-        for task in tasks
-        for g in range(rollouts_per_task)
-    ]
+) -> list[list[dict[str, object]]]:
+    """Step every episode in lockstep until all are done; one list of rows per episode.
+    `serial`: act in this thread (gui episodes: Playwright objects belong to it)."""
     rows: list[list[dict[str, object]]] = [[] for _ in episodes]
     with ThreadPoolExecutor(max_workers=runner.workers) as pool:
         while True:
@@ -212,7 +218,7 @@ def _play_all(
             )
             # Household moves are instant; coding moves run tests in the sandbox, in parallel;
             # gui moves drive the browser, whose Playwright objects belong to this thread.
-            mapper = map if browser is not None else pool.map
+            mapper = map if serial else pool.map
             moves = list(
                 mapper(lambda i, o: episodes[i][2].act(o.text), active, outs)  # type: ignore[misc]
             )
@@ -248,10 +254,4 @@ def _play_all(
                 )
             if on_episodes is not None:
                 on_episodes(sum(episodes[i][2].done for i in active))
-    flat: list[dict[str, object]] = []
-    for (_, _, ep), steps in zip(episodes, rows, strict=True):
-        for row in steps:
-            row["outcome"] = 1 if ep.success else -1
-            row["num_steps"] = ep.steps_taken
-        flat += steps
-    return flat
+    return rows

@@ -61,6 +61,16 @@ def _weights(path: Path) -> dict[str, torch.Tensor]:
     return load_file(str(path / "model.safetensors"))
 
 
+def _two_rounds_finished(run: RunDir, summary: dict[str, Any]) -> None:
+    """Rounds 0 and 1 ran every stage, and every round file matches its schema."""
+    assert [r["round"] for r in summary["rounds"]] == [0, 1]
+    for r in range(2):
+        for stage in STAGES:
+            assert run.finished(r, stage) is not None, (r, stage)
+        for name in ROUND_FILES:
+            read_dataset(run.dataset(r, name), name)
+
+
 def _task_runs(flow_run_id: str) -> list[Any]:
     """The task runs of a flow run and of its subflow runs (the rounds), without the task runs
     that stand for the subflow runs in their parent (named after the flow)."""
@@ -96,12 +106,7 @@ def test_two_rounds_end_to_end(tmp_path: Path) -> None:
     summary = rlanything_train(config=config, run_dir=str(run.root))
 
     # every stage of both rounds finished, and every file matches its schema
-    assert [r["round"] for r in summary["rounds"]] == [0, 1]
-    for r in range(2):
-        for stage in STAGES:
-            assert run.finished(r, stage) is not None, (r, stage)
-        for name in ROUND_FILES:
-            read_dataset(run.dataset(r, name), name)
+    _two_rounds_finished(run, summary)
     pool = read_dataset(run.dataset(2, "tasks"), "tasks")
     assert len(pool) == config.environment.num_tasks
     rollouts = read_dataset(run.dataset(1, "rollouts"), "rollouts")
@@ -330,12 +335,7 @@ def test_coding_two_rounds_with_unit_test_reward_model(tmp_path: Path) -> None:
     config = load_config(ROOT / "configs" / "coding-tiny.yaml")
     run = RunDir(tmp_path / "run")
     summary = rlanything_train(config=config, run_dir=str(run.root))
-    assert [r["round"] for r in summary["rounds"]] == [0, 1]
-    for r in range(2):
-        for stage in STAGES:
-            assert run.finished(r, stage) is not None, (r, stage)
-        for name in ROUND_FILES:
-            read_dataset(run.dataset(r, name), name)
+    _two_rounds_finished(run, summary)
     rollouts = read_dataset(run.dataset(0, "rollouts"), "rollouts")
     assert (rollouts["num_steps"] == 1).all() and rollouts["pass_fraction"].notna().all()
     assert rollouts["action_valid"].any()  # the warm-started policy writes code blocks
@@ -564,12 +564,8 @@ def test_gui_two_rounds_in_headless_chromium(tmp_path: Path) -> None:
     config = load_config(ROOT / "configs" / "gui-tiny.yaml")
     run = RunDir(tmp_path / "run")
     summary = rlanything_train(config=config, run_dir=str(run.root))
-    assert [r["round"] for r in summary["rounds"]] == [0, 1]
+    _two_rounds_finished(run, summary)
     for r in range(2):
-        for stage in STAGES:
-            assert run.finished(r, stage) is not None, (r, stage)
-        for name in ROUND_FILES:
-            read_dataset(run.dataset(r, name), name)
         rollouts = read_dataset(run.dataset(r, "rollouts"), "rollouts")
         assert rollouts["observation"].str.contains(r"(?:^|\n)Page: ").all()
         assert rollouts["screenshot"].notna().all()

@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rlanything_core.envs.common import Move, SpecError
+from rlanything_core.envs.common import Move, validate_spec
 from rlanything_core.sandbox import Isolation, Limits, Verdict, run_python
 
 Style = Literal["stdio", "function"]
@@ -92,15 +92,7 @@ class CodingSpec(BaseModel):
 
 def parse_coding_spec(data: str | dict[str, object]) -> CodingSpec:
     """Validate a coding spec (JSON text or dict); SpecError names the field and the fix."""
-    try:
-        if isinstance(data, str):
-            return CodingSpec.model_validate_json(data)
-        return CodingSpec.model_validate(data)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'spec'}: {e['msg']}" for e in exc.errors()
-        )
-        raise SpecError(f"invalid coding spec: {problems}") from exc
+    return validate_spec(CodingSpec, data, "coding")
 
 
 _FENCE = re.compile(r"```[ \t]*(python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)

@@ -3,11 +3,28 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+SpecT = TypeVar("SpecT", bound=BaseModel)
 
 
 class SpecError(ValueError):
     """A task spec is invalid; the message names the field and how to fix it."""
+
+
+def validate_spec(model: type[SpecT], data: str | dict[str, object], env: str) -> SpecT:
+    """`data` (JSON text or a dict) as a `model`; SpecError names every bad field."""
+    try:
+        if isinstance(data, str):
+            return model.model_validate_json(data)
+        return model.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'spec'}: {e['msg']}" for e in exc.errors()
+        )
+        raise SpecError(f"invalid {env} spec: {problems}") from exc
 
 
 @dataclass(frozen=True)

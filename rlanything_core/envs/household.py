@@ -26,9 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from rlanything_core.envs.common import SpecError
+from rlanything_core.envs.common import SpecError, validate_spec
 
 GoalType = Literal["put", "clean_put", "heat_put", "cool_put", "find_two"]
 GOAL_TYPES: tuple[GoalType, ...] = ("put", "clean_put", "heat_put", "cool_put", "find_two")
@@ -129,17 +129,7 @@ def parse_spec(data: str | dict[str, object]) -> HouseholdSpec:
 
     Raises SpecError with a message that names the field and the fix.
     """
-    try:
-        spec = (
-            HouseholdSpec.model_validate_json(data)
-            if isinstance(data, str)
-            else HouseholdSpec.model_validate(data)
-        )
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'spec'}: {e['msg']}" for e in exc.errors()
-        )
-        raise SpecError(f"invalid household spec: {problems}") from exc
+    spec = validate_spec(HouseholdSpec, data, "household")
     _check_semantics(spec)
     world = build_world(spec)
     optimal = len(plan(world))

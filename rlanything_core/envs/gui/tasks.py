@@ -18,9 +18,9 @@ import random
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from rlanything_core.envs.common import SpecError
+from rlanything_core.envs.common import SpecError, validate_spec
 from rlanything_core.envs.gui.apps import (
     APPS,
     FIELDS_BY_NAME,
@@ -215,17 +215,7 @@ def _check_params(spec: GuiSpec) -> None:
 
 def parse_gui_spec(data: str | dict[str, object]) -> GuiSpec:
     """Validate a GUI spec completely; raises SpecError naming the field and the fix."""
-    try:
-        spec = (
-            GuiSpec.model_validate_json(data)
-            if isinstance(data, str)
-            else GuiSpec.model_validate(data)
-        )
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'spec'}: {e['msg']}" for e in exc.errors()
-        )
-        raise SpecError(f"invalid gui spec: {problems}") from exc
+    spec = validate_spec(GuiSpec, data, "gui")
     template = TEMPLATES.get(spec.template)
     if template is None or template.app != spec.app:
         own = sorted(t for t, v in TEMPLATES.items() if v.app == spec.app)
