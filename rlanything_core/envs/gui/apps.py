@@ -327,7 +327,7 @@ def mail_render(state: State) -> str:
         + " "
         + _select("filter", "Show", "filter", "", list(MAIL_FILTERS), state["filter"])
         + "</p><p>"
-        + _switch_checkbox("pick-all", "Select all", all_on)
+        + _select_all("pick-all", "Select all", all_on)
         + f" {buttons}</p>"
         + f'<ul aria-label="Inbox">{"".join(rows)}</ul>'
         + ("" if rows else "<p>No messages.</p>")
@@ -335,7 +335,7 @@ def mail_render(state: State) -> str:
     )
 
 
-def _switch_checkbox(key: str, label: str, on: bool) -> str:
+def _select_all(key: str, label: str, on: bool) -> str:
     return (
         f'<label><input type="checkbox" data-key="{key}" data-op="pick_all" data-arg=""'
         f"{' checked' if on else ''}> {html.escape(label)}</label>"
@@ -592,11 +592,13 @@ class Template:
     ("done",); None when the goal cannot be reached any more."""
 
 
-def _settings_template(desired: Callable[[State, dict[str, Any]], State]) -> Template:
+def _settings_template(
+    params: tuple[str, ...], desired: Callable[[State, dict[str, Any]], State]
+) -> Template:
     return Template(
         "settings",
-        ("values",) if desired is _settings_set_values else ("tab", "on"),
-        lambda state, initial, params: _settings_plan(state, desired(initial, params)),
+        params,
+        lambda state, initial, p: _settings_plan(state, desired(initial, p)),
     )
 
 
@@ -611,8 +613,8 @@ def _files_template(op: str, params: tuple[str, ...]) -> Template:
 
 
 TEMPLATES: dict[str, Template] = {
-    "set_values": _settings_template(_settings_set_values),
-    "all_switches": _settings_template(_settings_all_switches),
+    "set_values": _settings_template(("values",), _settings_set_values),
+    "all_switches": _settings_template(("tab", "on"), _settings_all_switches),
     "archive": _mail_template("archive"),
     "delete": _mail_template("delete"),
     "mark_read": _mail_template("mark_read"),
