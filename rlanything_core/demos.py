@@ -1,4 +1,5 @@
-"""Supervised data for warm starts, made by the household's expert planner (nothing downloaded).
+"""Supervised data for warm starts, made by the household's expert planner or by a TextWorld
+game's winning policy (nothing downloaded).
 
 - policy demonstrations: prompts from trajectories where a fraction `noise` of the steps were
   random, answered with the expert's action (so states off the expert's path are covered);
@@ -11,12 +12,18 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rlanything_core.envs.common import SpecError
-from rlanything_core.envs.household import HouseholdEpisode, HouseholdSpec, parse_spec
+from rlanything_core.envs.household import HouseholdEpisode, HouseholdSpec
+from rlanything_core.envs.specs import env_name, parse_task_spec
+from rlanything_core.envs.textworld_env import MAX_STEPS as TW_MAX_STEPS
+from rlanything_core.envs.textworld_env import TextWorldEpisode, TextWorldSpec, game_of
 from rlanything_core.prompts import Messages, judge_messages, policy_messages
 from rlanything_core.rewriting import rewrite_messages
+
+TextSpec = HouseholdSpec | TextWorldSpec
 
 
 @dataclass(frozen=True)
@@ -44,12 +51,14 @@ class _Step:
 
 
 def _trajectories(
-    specs: list[HouseholdSpec], noise: float, history_steps: int, rng: random.Random
+    specs: Sequence[TextSpec], noise: float, history_steps: int, rng: random.Random
 ) -> list[_Step]:
     """Every step of one noisy-expert episode per spec."""
     steps: list[_Step] = []
     for n, spec in enumerate(specs):
-        episode = HouseholdEpisode(spec)
+        episode: HouseholdEpisode | TextWorldEpisode = (
+            TextWorldEpisode(spec) if isinstance(spec, TextWorldSpec) else HouseholdEpisode(spec)
+        )
         history: list[tuple[str, str]] = []
         while not episode.done:
             actions = episode.actions
@@ -76,7 +85,7 @@ def _trajectories(
 
 
 def policy_demonstrations(
-    specs: list[HouseholdSpec], *, noise: float, history_steps: int, seed: int, explain: bool = True
+    specs: Sequence[TextSpec], *, noise: float, history_steps: int, seed: int, explain: bool = True
 ) -> list[Demo]:
     """Prompts answered by the expert: the action's number in a box, after naming the action
     when `explain`."""
@@ -90,7 +99,7 @@ def policy_demonstrations(
 
 
 def judge_demonstrations(
-    specs: list[HouseholdSpec], *, noise: float, label_noise: float, history_steps: int, seed: int
+    specs: Sequence[TextSpec], *, noise: float, label_noise: float, history_steps: int, seed: int
 ) -> list[Demo]:
     """Judge prompts answered with the planner's progress label, a fraction `label_noise` flipped.
     The judged response is a templated one naming the action taken."""
@@ -107,23 +116,39 @@ def judge_demonstrations(
     return out
 
 
-def rewrite_demonstrations(specs: list[HouseholdSpec], *, seed: int) -> list[Demo]:
+# Difficulty knobs of the rewrite demonstrations: field -> (step range, sign towards harder).
+_KNOBS: dict[str, dict[str, tuple[tuple[int, int], int]]] = {
+    "household": {
+        "num_distractors": ((1, 4), 1),
+        "num_rooms": ((1, 1), 1),
+        "max_steps": ((1, 3), -1),
+    },
+    "textworld": {
+        "nb_objects": ((1, 4), 1),
+        "world_size": ((1, 2), 1),
+        "quest_length": ((1, 1), 1),
+    },
+}
+
+
+def rewrite_demonstrations(specs: Sequence[TextSpec], *, seed: int) -> list[Demo]:
     """Rewrite prompts answered with the JSON of the changed fields (valid proposals only)."""
     rng = random.Random(seed)
     out = []
     for n, spec in enumerate(specs):
         direction = rng.choice(["harder", "easier"])
-        sign = 1 if direction == "harder" else -1
-        knob = rng.choice(["num_distractors", "num_rooms", "max_steps"])
-        step = {
-            "num_distractors": rng.randint(1, 4),
-            "num_rooms": 1,
-            "max_steps": -rng.randint(1, 3),
-        }
-        change = {knob: getattr(spec, knob) + sign * step[knob]}
+        knobs = _KNOBS[env_name(spec)]
+        knob = rng.choice(list(knobs))
+        sizes = {k: rng.randint(*r) if r[0] < r[1] else r[0] for k, (r, _) in knobs.items()}
+        step = sizes[knob] * knobs[knob][1] * (1 if direction == "harder" else -1)
+        change = {knob: getattr(spec, knob) + step}
         try:
-            parse_spec({**spec.model_dump(), **change})
-        except SpecError:
+            if isinstance(spec, TextWorldSpec):  # another game: keep the step slack
+                slack = spec.max_steps - len(game_of(spec).walkthrough)
+                game = game_of(spec.model_copy(update=change))
+                change["max_steps"] = min(len(game.walkthrough) + slack, TW_MAX_STEPS)
+            parse_task_spec(env_name(spec), {**spec.model_dump(), **change})
+        except (SpecError, ValueError):
             continue
         accuracy = rng.uniform(0.8, 1.0) if direction == "harder" else rng.uniform(0.0, 0.2)
         prompt = rewrite_messages(spec, direction, accuracy, "The agent wanders before it acts.")

@@ -11,7 +11,8 @@ For a task q whose accuracy left (α_low, α_high):
 3. validation: the proposal must parse, pass the environment's spec validation (household:
    solvable within its step limit; coding: tests of the task's style; gui: the template is a
    verifier of the task's app, its params fit the app, every hint names a real element, and the
-   step limit covers the expert's plan) and differ from q.
+   step limit covers the expert's plan; textworld: the game generates and its walkthrough wins
+   within the step limit) and differ from q.
    Anything else is an *invalid candidate*: counted, with the reason recorded, never an error.
    Whether a rewritten coding task is solvable is left to the acceptance check: it is accepted
    only if some policy program passes all its tests.
@@ -38,6 +39,11 @@ from rlanything_core.envs.household import (
     RECEPTACLE_KINDS,
 )
 from rlanything_core.envs.specs import TaskSpec, env_name, parse_task_spec
+from rlanything_core.envs.textworld_env import MAX_OBJECTS as TW_MAX_OBJECTS
+from rlanything_core.envs.textworld_env import MAX_QUEST_LENGTH as TW_MAX_QUEST_LENGTH
+from rlanything_core.envs.textworld_env import MAX_STEPS as TW_MAX_STEPS
+from rlanything_core.envs.textworld_env import MAX_WORLD_SIZE as TW_MAX_WORLD_SIZE
+from rlanything_core.envs.textworld_env import TextWorldSpec
 from rlanything_core.prompts import Messages
 
 CritiqueSource = Literal["reward_model", "failed_rollouts"]
@@ -68,9 +74,24 @@ GUI_ENV_SYSTEM = (
 )
 
 
+TEXTWORLD_ENV_SYSTEM = (
+    "You design text adventure games for an agent; TextWorld generates each game from a JSON "
+    "object with the fields world_size, nb_objects, quest_length, max_steps and seed."
+)
+
+_TEXTWORLD_FIELDS = (
+    f"world_size: rooms, 1-{TW_MAX_WORLD_SIZE}; nb_objects: 1-{TW_MAX_OBJECTS}; quest_length: "
+    f"commands in the winning chain, 1-{TW_MAX_QUEST_LENGTH}; max_steps: 1-{TW_MAX_STEPS}, at "
+    "least the quest's walkthrough; seed: any integer >= 0 (another game of the same size). "
+    "More rooms, objects and a longer quest make a game harder, fewer steps too."
+)
+
+
 def _system(spec: TaskSpec) -> str:
     if isinstance(spec, CodingSpec):
         return CODING_ENV_SYSTEM
+    if isinstance(spec, TextWorldSpec):
+        return TEXTWORLD_ENV_SYSTEM
     return GUI_ENV_SYSTEM if isinstance(spec, GuiSpec) else ENV_SYSTEM
 
 
@@ -148,6 +169,8 @@ def rewrite_messages(spec: TaskSpec, direction: str, accuracy: float, critique: 
     elif isinstance(spec, GuiSpec):
         current, fields = spec.to_json(), _gui_fields(spec)
         example = json.dumps({"hints": [EXAMPLE_HINT[spec.app]]})
+    elif isinstance(spec, TextWorldSpec):
+        current, fields, example = spec.to_json(), _TEXTWORLD_FIELDS, '{"nb_objects": 6}'
     else:
         current, fields, example = spec.to_json(), _FIELDS, '{"num_distractors": 3}'
     user = "\n".join(

@@ -20,6 +20,7 @@ from rlanything_core.envs.gui.browser import Browser, BrowserOptions, GuiEpisode
 from rlanything_core.envs.gui.tasks import GuiSpec
 from rlanything_core.envs.household import HouseholdEpisode, HouseholdSpec
 from rlanything_core.envs.specs import TaskSpec
+from rlanything_core.envs.textworld_env import TextWorldEpisode, TextWorldSpec
 from rlanything_core.parsing import parse_action_index
 from rlanything_core.prompts import policy_messages
 from rlanything_core.seeding import derive_seed
@@ -63,17 +64,20 @@ class GuiSetup:
         return self.screens / f"{task.task_id}-v{task.task_version}" / f"rollout_{g}", self.root
 
 
-class HouseholdAgentEpisode:
-    """A household episode as the policy plays it: numbered admissible actions in the prompt,
-    the last `history_steps` (action, observation) pairs shown, the action number in \\boxed{}."""
+class TextAgentEpisode:
+    """A household or TextWorld episode as the policy plays it: numbered admissible actions in
+    the prompt, the last `history_steps` (action, observation) pairs shown, the action number in
+    \\boxed{}."""
 
     screenshot: str | None = None
 
-    def __init__(self, spec: HouseholdSpec, history_steps: int) -> None:
-        self.episode = HouseholdEpisode(spec)
+    def __init__(self, spec: HouseholdSpec | TextWorldSpec, history_steps: int) -> None:
+        self.episode: HouseholdEpisode | TextWorldEpisode = (
+            TextWorldEpisode(spec) if isinstance(spec, TextWorldSpec) else HouseholdEpisode(spec)
+        )
         self.history_steps = history_steps
         self.history: list[tuple[str, str]] = []
-        self.goal_text = spec.goal_text
+        self.goal_text = self.episode.goal_text
         self.observation = self.episode.observation
         self.steps_taken = 0
         self.done = False
@@ -110,7 +114,7 @@ def make_episode(
         if browser is None:
             raise ValueError("a gui task needs a running Browser")
         return GuiEpisode(spec, browser, history_steps, shots, root)
-    return HouseholdAgentEpisode(spec, history_steps)
+    return TextAgentEpisode(spec, history_steps)
 
 
 def play(
@@ -161,7 +165,7 @@ def play(
             sampling,
             purpose,
             runner,
-            browser is not None,
+            browser is not None or any(isinstance(t.spec, TextWorldSpec) for t in tasks),
             on_episodes,
         )
     flat: list[dict[str, object]] = []
@@ -186,7 +190,7 @@ def _step_all(
     on_episodes: Callable[[int], None] | None,
 ) -> list[list[dict[str, object]]]:
     """Step every episode in lockstep until all are done; one list of rows per episode.
-    `serial`: act in this thread (gui episodes: Playwright objects belong to it)."""
+    `serial`: act in this thread (gui episodes: Playwright objects belong to it; textworld)."""
     rows: list[list[dict[str, object]]] = [[] for _ in episodes]
     with ThreadPoolExecutor(max_workers=runner.workers) as pool:
         while True:
@@ -217,7 +221,8 @@ def _step_all(
                 batch_size=sampling.batch_size,
             )
             # Household moves are instant; coding moves run tests in the sandbox, in parallel;
-            # gui moves drive the browser, whose Playwright objects belong to this thread.
+            # gui moves drive the browser, whose Playwright objects belong to this thread, and
+            # textworld moves step game interpreters that are not made for threads.
             mapper = map if serial else pool.map
             moves = list(
                 mapper(lambda i, o: episodes[i][2].act(o.text), active, outs)  # type: ignore[misc]

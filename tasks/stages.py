@@ -35,7 +35,9 @@ from rlanything_core.engines import Engine, open_engine
 from rlanything_core.envs.coding import CodingSpec
 from rlanything_core.envs.coding_problems import reference_pairs
 from rlanything_core.envs.gui.tasks import GuiSpec
+from rlanything_core.envs.household import HouseholdSpec
 from rlanything_core.envs.specs import parse_task_spec
+from rlanything_core.envs.textworld_env import TextWorldSpec
 from rlanything_core.gui_demos import (
     gui_judge_demonstrations,
     gui_policy_demonstrations,
@@ -324,9 +326,10 @@ def _warm_start_demos(config: RunConfig, role: str, ws: WarmStartConfig) -> list
         if role == "policy":
             return gui_policy_demonstrations(steps, explain=ws.explain)
         return gui_judge_demonstrations(steps, label_noise=ws.label_noise, seed=config.seed)
+    text_specs = [s for s in specs if isinstance(s, HouseholdSpec | TextWorldSpec)]
     if role == "policy":
         return policy_demonstrations(
-            specs,
+            text_specs,
             noise=ws.noise,
             history_steps=env.history_steps,
             seed=config.seed,
@@ -334,13 +337,13 @@ def _warm_start_demos(config: RunConfig, role: str, ws: WarmStartConfig) -> list
         )
     if role == "reward_model":
         return judge_demonstrations(
-            specs,
+            text_specs,
             noise=ws.noise,
             label_noise=ws.label_noise,
             history_steps=env.history_steps,
             seed=config.seed,
         )
-    return rewrite_demonstrations(specs, seed=config.seed)
+    return rewrite_demonstrations(text_specs, seed=config.seed)
 
 
 @stage_task("rollout")

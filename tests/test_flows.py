@@ -595,3 +595,37 @@ def test_gui_two_rounds_in_headless_chromium(tmp_path: Path) -> None:
         rollouts = read_dataset(out / f"{split}_rollouts.parquet", "rollouts")
         assert rollouts["task_id"].str.startswith(f"eval-{split}").all()
         assert all((out / shot).is_file() for shot in rollouts["screenshot"])
+
+
+def test_textworld_two_rounds_on_generated_games(tmp_path: Path) -> None:
+    """configs/textworld-tiny.yaml: every stage of two rounds on games TextWorld generates here;
+    the rollouts follow the games' admissible commands, the warm start follows their winning
+    policies, and eval plays held-out games of both splits."""
+    config = load_config(ROOT / "configs" / "textworld-tiny.yaml")
+    run = RunDir(tmp_path / "run")
+    summary = rlanything_train(config=config, run_dir=str(run.root))
+    _two_rounds_finished(run, summary)
+    for r in range(2):
+        rollouts = read_dataset(run.dataset(r, "rollouts"), "rollouts")
+        assert rollouts["prompt"].str.contains("Admissible actions:").all()
+        assert rollouts.loc[rollouts["action_valid"], "action"].notna().all()
+        assert set(rollouts["outcome"]) <= {-1, 1}
+        assert rollouts["screenshot"].isna().all()
+    pool = read_dataset(run.dataset(2, "tasks"), "tasks")
+    assert set(pool["env"]) == {"textworld"}
+    candidates = read_dataset(run.dataset(0, "candidates"), "candidates")
+    assert len(candidates) > 0 and candidates.loc[~candidates["valid"], "error"].notna().all()
+    sft = read_dataset(run.root / "warm_start" / "policy_sft.parquet", "sft_samples")
+    assert len(sft) > 0 and sft["response"].str.contains(r"\\boxed\{\d+\}").all()
+
+    out = tmp_path / "eval"
+    metrics = rlanything_eval(
+        config=config,
+        policy=str(run.checkpoint("policy", 1)),
+        reward_model=str(run.checkpoint("reward_model", 1)),
+        out_dir=str(out),
+    )
+    for split in ("id", "ood"):
+        assert 0.0 <= metrics[f"eval/{split}/policy_accuracy"] <= 1.0
+        rollouts = read_dataset(out / f"{split}_rollouts.parquet", "rollouts")
+        assert rollouts["goal"].str.len().gt(0).all()

@@ -8,14 +8,17 @@ from rlanything_core.envs.coding import CodingSpec, parse_coding_spec
 from rlanything_core.envs.common import SpecError
 from rlanything_core.envs.gui.tasks import GuiSpec, parse_gui_spec
 from rlanything_core.envs.household import HouseholdSpec, parse_spec
+from rlanything_core.envs.textworld_env import TextWorldSpec, parse_textworld_spec
 
-EnvName = Literal["household", "coding", "gui"]
-TaskSpec = HouseholdSpec | CodingSpec | GuiSpec
+EnvName = Literal["household", "coding", "gui", "textworld"]
+TaskSpec = HouseholdSpec | CodingSpec | GuiSpec | TextWorldSpec
 
 
 def env_name(spec: TaskSpec) -> EnvName:
     if isinstance(spec, CodingSpec):
         return "coding"
+    if isinstance(spec, TextWorldSpec):
+        return "textworld"
     return "gui" if isinstance(spec, GuiSpec) else "household"
 
 
@@ -27,6 +30,9 @@ def parse_task_spec(env: str, spec: str | dict[str, object]) -> TaskSpec:
         return parse_coding_spec(spec)
     if env == "gui":
         return parse_gui_spec(spec)
+    if env == "textworld":
+        return parse_textworld_spec(spec)
     raise SpecError(
-        f"unknown environment {env!r} in a task row; use 'household', 'coding' or 'gui'."
+        f"unknown environment {env!r} in a task row; use 'household', 'coding', 'gui' or "
+        "'textworld'."
     )
