@@ -315,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     from rlanything_core.default_model import ModelNotFoundError
     from rlanything_core.envs.common import SpecError
     from rlanything_core.envs.gui.browser import BrowserError
+    from rlanything_core.models import CheckpointWriteError
+    from rlanything_core.rundir import RunDirError
     from rlanything_core.sandbox import SandboxError
     from rlanything_core.schemas import SchemaError
 
@@ -322,8 +324,10 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args))
     except (
         BrowserError,
+        CheckpointWriteError,
         ConfigError,
         ModelNotFoundError,
+        RunDirError,
         SandboxError,
         SchemaError,
         SpecError,

@@ -151,10 +151,14 @@ class Tracker:
             return
         stamp = int(pd.Timestamp.now().timestamp() * 1000)
         points = [Metric(k, float(v), stamp, round_idx) for k, v in sorted(metrics.items())]
+        # A process killed after logging the parent's points but before finishing the child run
+        # leaves them there: resume logs each batch to the parent only if its first point isn't.
         for start in range(0, len(points), 500):
             batch = points[start : start + 500]
             self.client.log_batch(child_id, metrics=batch)
-            self.client.log_batch(self.parent_id, metrics=batch)
+            logged = self.client.get_metric_history(self.parent_id, batch[0].key)
+            if not any(m.step == round_idx for m in logged):
+                self.client.log_batch(self.parent_id, metrics=batch)
         with mlflow.start_run(run_id=child_id):
             for name in LINEAGE_DATASETS:
                 self._log_input(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from prefect import flow
+from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 
 from flows.round import rlanything_round
@@ -36,6 +36,9 @@ def train_rounds(config: RunConfig, run: RunDir, tracker: Tracker) -> dict[str, 
     """The initial task pool (unless one is there), the warm start, then the rounds that
     summary.json does not list yet, each the `rlanything-round` subflow logged by `tracker`.
     Used by `rlanything-train` and by each exploration of `rlanything-rloop`."""
+    for path in run.sweep_partial():
+        get_run_logger().info("removed %s, left half-written by a process that died", path)
+    run.verify_all()
     if not run.dataset(0, "tasks").is_file():
         pool = initial_pool(config.environment)
         write_dataset(pool, run.dataset(0, "tasks"), "tasks")

@@ -9,6 +9,8 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from rlanything_core import failpoints
+
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
@@ -26,13 +28,15 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         os.replace(tmp, final)
     finally:
         tmp.unlink(missing_ok=True)
+    failpoints.after_write(final)
 
 
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary directory beside `path`; on success rename it onto `path`.
 
-    An existing `path` is replaced only after the new directory is complete. Used for checkpoints.
+    An existing `path` is replaced only after the new directory is complete and its files are
+    on disk (fsync). Used for checkpoints.
     """
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -42,9 +46,14 @@ def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
     tmp.mkdir()
     try:
         yield tmp
+        for f in sorted(tmp.rglob("*")):
+            if f.is_file():
+                with open(f, "rb") as fh:
+                    os.fsync(fh.fileno())
         if final.exists():
             os.replace(final, old)
         os.replace(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)
+    failpoints.after_write(final)

@@ -16,14 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rlanything_core.envs.common import SpecError
-from rlanything_core.envs.household import HouseholdEpisode, HouseholdSpec
-from rlanything_core.envs.specs import env_name, parse_task_spec
+from rlanything_core.envs.specs import TextSpec, env_name, parse_task_spec, text_episode
 from rlanything_core.envs.textworld_env import MAX_STEPS as TW_MAX_STEPS
-from rlanything_core.envs.textworld_env import TextWorldEpisode, TextWorldSpec, game_of
+from rlanything_core.envs.textworld_env import TextWorldSpec, game_of
 from rlanything_core.prompts import Messages, judge_messages, policy_messages
 from rlanything_core.rewriting import rewrite_messages
-
-TextSpec = HouseholdSpec | TextWorldSpec
 
 
 @dataclass(frozen=True)
@@ -56,9 +53,7 @@ def _trajectories(
     """Every step of one noisy-expert episode per spec."""
     steps: list[_Step] = []
     for n, spec in enumerate(specs):
-        episode: HouseholdEpisode | TextWorldEpisode = (
-            TextWorldEpisode(spec) if isinstance(spec, TextWorldSpec) else HouseholdEpisode(spec)
-        )
+        episode = text_episode(spec)
         history: list[tuple[str, str]] = []
         while not episode.done:
             actions = episode.actions
@@ -123,6 +118,7 @@ _KNOBS: dict[str, dict[str, tuple[tuple[int, int], int]]] = {
         "num_rooms": ((1, 1), 1),
         "max_steps": ((1, 3), -1),
     },
+    "alfworld": {"max_steps": ((1, 3), -1)},
     "textworld": {
         "nb_objects": ((1, 4), 1),
         "world_size": ((1, 2), 1),

@@ -19,8 +19,10 @@ Choices (METHOD.md §1, policy loss):
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +30,7 @@ from typing import Any
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
+from safetensors import SafetensorError
 from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
@@ -152,16 +155,32 @@ def load_model(
     return model, load_tokenizer(path)
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (most often a full disk); what was at its path before
+    is unchanged."""
+
+
 def save_checkpoint(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: str | Path
 ) -> Path:
     """Write a Hugging Face checkpoint atomically: the LoRA adapter for a PEFT model, else the
-    full model; the tokenizer beside it."""
-    with atomic_dir(path) as tmp:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        kind = "lora" if isinstance(model, PeftModel) else "full"
-        (tmp / CHECKPOINT_META).write_text(json.dumps({"kind": kind}) + "\n")
+    full model; the tokenizer beside it. A failed write (safetensors reports I/O errors as its
+    own exception) raises CheckpointWriteError with the operating system's error number."""
+    try:
+        with atomic_dir(path) as tmp:
+            model.save_pretrained(tmp, safe_serialization=True)
+            tokenizer.save_pretrained(tmp)
+            kind = "lora" if isinstance(model, PeftModel) else "full"
+            (tmp / CHECKPOINT_META).write_text(json.dumps({"kind": kind}) + "\n")
+    except (OSError, SafetensorError) as exc:
+        code = getattr(exc, "errno", None)
+        found = re.search(r"os error (\d+)", str(exc))
+        number = code if code is not None else int(found.group(1)) if found else errno.EIO
+        raise CheckpointWriteError(
+            number,
+            f"could not write the checkpoint {path} ({exc}); free disk space (or raise the file "
+            "size limit) and resume: what was at that path before is unchanged",
+        ) from exc
     return Path(path)
 
 

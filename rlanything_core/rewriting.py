@@ -12,7 +12,8 @@ For a task q whose accuracy left (α_low, α_high):
    solvable within its step limit; coding: tests of the task's style; gui: the template is a
    verifier of the task's app, its params fit the app, every hint names a real element, and the
    step limit covers the expert's plan; textworld: the game generates and its walkthrough wins
-   within the step limit) and differ from q.
+   within the step limit; alfworld: the game is a solvable file of the data whose plan fits) and
+   differ from q.
    Anything else is an *invalid candidate*: counted, with the reason recorded, never an error.
    Whether a rewritten coding task is solvable is left to the acceptance check: it is accepted
    only if some policy program passes all its tests.
@@ -25,6 +26,8 @@ from typing import Literal
 
 import pandas as pd
 
+from rlanything_core.envs.alfworld_env import MAX_STEPS as ALF_MAX_STEPS
+from rlanything_core.envs.alfworld_env import AlfworldSpec
 from rlanything_core.envs.coding import CodingSpec
 from rlanything_core.envs.common import SpecError
 from rlanything_core.envs.gui.apps import TEMPLATES
@@ -87,11 +90,24 @@ _TEXTWORLD_FIELDS = (
 )
 
 
+ALFWORLD_ENV_SYSTEM = (
+    "You choose tasks for a household agent from ALFWorld's games. A task is a JSON object with "
+    "the fields game (a game file of the ALFWorld data) and max_steps."
+)
+
+_ALFWORLD_FIELDS = (
+    f"max_steps: 1-{ALF_MAX_STEPS}, at least the game's plan; fewer steps make a game harder. "
+    "game: another game file of the same data (a different task)."
+)
+
+
 def _system(spec: TaskSpec) -> str:
     if isinstance(spec, CodingSpec):
         return CODING_ENV_SYSTEM
     if isinstance(spec, TextWorldSpec):
         return TEXTWORLD_ENV_SYSTEM
+    if isinstance(spec, AlfworldSpec):
+        return ALFWORLD_ENV_SYSTEM
     return GUI_ENV_SYSTEM if isinstance(spec, GuiSpec) else ENV_SYSTEM
 
 
@@ -171,6 +187,8 @@ def rewrite_messages(spec: TaskSpec, direction: str, accuracy: float, critique: 
         example = json.dumps({"hints": [EXAMPLE_HINT[spec.app]]})
     elif isinstance(spec, TextWorldSpec):
         current, fields, example = spec.to_json(), _TEXTWORLD_FIELDS, '{"nb_objects": 6}'
+    elif isinstance(spec, AlfworldSpec):
+        current, fields, example = spec.to_json(), _ALFWORLD_FIELDS, '{"max_steps": 12}'
     else:
         current, fields, example = spec.to_json(), _FIELDS, '{"num_distractors": 3}'
     user = "\n".join(

@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlanything_core.engines import Engine
+from rlanything_core.envs.alfworld_env import AlfworldSpec
 from rlanything_core.envs.coding import CodeRunner, CodingEpisode, CodingSpec
 from rlanything_core.envs.common import Episode, Move
 from rlanything_core.envs.gui.browser import Browser, BrowserOptions, GuiEpisode
 from rlanything_core.envs.gui.tasks import GuiSpec
-from rlanything_core.envs.household import HouseholdEpisode, HouseholdSpec
-from rlanything_core.envs.specs import TaskSpec
-from rlanything_core.envs.textworld_env import TextWorldEpisode, TextWorldSpec
+from rlanything_core.envs.specs import TaskSpec, TextSpec, text_episode
+from rlanything_core.envs.textworld_env import TextWorldSpec
 from rlanything_core.parsing import parse_action_index
 from rlanything_core.prompts import policy_messages
 from rlanything_core.seeding import derive_seed
@@ -65,16 +65,14 @@ class GuiSetup:
 
 
 class TextAgentEpisode:
-    """A household or TextWorld episode as the policy plays it: numbered admissible actions in
-    the prompt, the last `history_steps` (action, observation) pairs shown, the action number in
-    \\boxed{}."""
+    """A household, TextWorld or ALFWorld episode as the policy plays it: numbered admissible
+    actions in the prompt, the last `history_steps` (action, observation) pairs shown, the action
+    number in \\boxed{}."""
 
     screenshot: str | None = None
 
-    def __init__(self, spec: HouseholdSpec | TextWorldSpec, history_steps: int) -> None:
-        self.episode: HouseholdEpisode | TextWorldEpisode = (
-            TextWorldEpisode(spec) if isinstance(spec, TextWorldSpec) else HouseholdEpisode(spec)
-        )
+    def __init__(self, spec: TextSpec, history_steps: int) -> None:
+        self.episode = text_episode(spec)
         self.history_steps = history_steps
         self.history: list[tuple[str, str]] = []
         self.goal_text = self.episode.goal_text
@@ -165,7 +163,8 @@ def play(
             sampling,
             purpose,
             runner,
-            browser is not None or any(isinstance(t.spec, TextWorldSpec) for t in tasks),
+            browser is not None
+            or any(isinstance(t.spec, TextWorldSpec | AlfworldSpec) for t in tasks),
             on_episodes,
         )
     flat: list[dict[str, object]] = []
@@ -222,7 +221,7 @@ def _step_all(
             )
             # Household moves are instant; coding moves run tests in the sandbox, in parallel;
             # gui moves drive the browser, whose Playwright objects belong to this thread, and
-            # textworld moves step game interpreters that are not made for threads.
+            # textworld and alfworld moves step game engines that are not made for threads.
             mapper = map if serial else pool.map
             moves = list(
                 mapper(lambda i, o: episodes[i][2].act(o.text), active, outs)  # type: ignore[misc]

@@ -1,13 +1,18 @@
 """The run directory: where every file of a training run lives, and which stages have finished.
 
 A stage writes its datasets and checkpoints first and its marker (`_stages/<stage>.json`: outputs,
-metrics, seconds) last, atomically. A stage with a marker is finished, and resume skips it; a
-stage without one is redone from the start, overwriting whatever half-done output it left.
+metrics, seconds, and the size and sha256 of every output file) last, atomically. A stage with a
+marker is finished, and resume skips it once its files still match the marker; a stage without
+one is redone from the start, overwriting whatever half-done output it left.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import re
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +28,23 @@ EXPLOITATION = -2  # the round index of an RLoop cycle's exploitation stages (af
 def write_json(path: Path, data: Any) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+class RunDirError(RuntimeError):
+    """A file of a finished stage is missing, truncated or changed; the message names it."""
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+HASH_LIMIT = 512 * 2**20
+# What atomic_path / atomic_dir leave behind when the process dies mid-write.
+_PARTIAL = re.compile(r"^\..+\.(?:tmp|old)-(\d+)-[0-9a-f]{8}$")
 
 
 class RunDir:
@@ -97,7 +119,90 @@ class RunDir:
 
     def finished(self, round_idx: int, stage: str) -> dict[str, Any] | None:
         path = self.marker(round_idx, stage)
-        return json.loads(path.read_text()) if path.is_file() else None
+        if not path.is_file():
+            return None
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise RunDirError(
+                f"{path}: the stage marker is unreadable ({exc}). Delete it, and resume redoes "
+                f"the {stage} stage."
+            ) from exc
+        if not isinstance(record, dict):
+            raise RunDirError(f"{path}: not a stage marker. Delete it to redo the {stage} stage.")
+        return record
+
+    def output_files(self, outputs: dict[str, str]) -> dict[str, dict[str, Any]]:
+        """Size and sha256 of every file of `outputs` (files, or checkpoint directories), keyed by
+        their path relative to the run directory."""
+        files: dict[str, dict[str, Any]] = {}
+        for value in outputs.values():
+            path = Path(value)
+            found = sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
+            for f in found:
+                if f.is_file():
+                    files[self.label(str(f.resolve()))] = {
+                        "bytes": f.stat().st_size,
+                        "sha256": sha256_file(f),
+                    }
+        return files
+
+    def verify(
+        self, round_idx: int, stage: str, record: dict[str, Any], marker: Path | None = None
+    ) -> None:
+        """Check that the files a finished stage wrote are still what its marker records; raise
+        RunDirError naming the first file that is missing, truncated or changed. Files larger
+        than HASH_LIMIT (full-model weights) are checked by size only, so that resuming a run
+        with many large checkpoints stays quick."""
+        marker = marker or self.marker(round_idx, stage)
+        for name, expected in sorted(record.get("files", {}).items()):
+            path = self.root / name
+            if not path.is_file():
+                problem = "is missing"
+            elif path.stat().st_size != expected["bytes"]:
+                size = path.stat().st_size
+                problem = f"has {size} bytes where {expected['bytes']} were written (truncated?)"
+            elif expected["bytes"] <= HASH_LIMIT and sha256_file(path) != expected["sha256"]:
+                problem = "differs from what was written (sha256 mismatch: corrupted or edited)"
+            else:
+                continue
+            raise RunDirError(
+                f"{path} {problem}; the {stage} stage wrote it and finished (marker {marker}). "
+                "Restore the file from a backup, or delete that marker and the markers of the "
+                "stages after it so that resume redoes them."
+            )
+
+    def verify_all(self) -> int:
+        """Check every finished stage of the run (all rounds, warm start, RLoop phases) against
+        its marker; raise RunDirError naming the first bad file. Returns the markers checked."""
+        markers = sorted(self.root.rglob("_stages/*.json"))
+        for path in markers:
+            stage = path.stem
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, ValueError) as exc:
+                raise RunDirError(
+                    f"{path}: the stage marker is unreadable ({exc}). Delete it, and resume "
+                    f"redoes the {stage} stage."
+                ) from exc
+            self.verify(int(record.get("round", 0)), stage, record, path)
+        return len(markers)
+
+    def sweep_partial(self) -> list[Path]:
+        """Remove what a killed process left mid-write (hidden `.name.tmp-<pid>-…` and
+        `.name.old-<pid>-…` files and checkpoint directories of processes no longer alive);
+        return what was removed."""
+        removed = []
+        for path in self.root.rglob(".*"):
+            match = _PARTIAL.match(path.name)
+            if match is None or _alive(int(match.group(1))):
+                continue
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            removed.append(path)
+        return removed
 
     def finish(
         self,
@@ -111,6 +216,7 @@ class RunDir:
             "stage": stage,
             "round": round_idx,
             "outputs": outputs,
+            "files": self.output_files(outputs),
             "metrics": metrics,
             "seconds": seconds,
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -139,3 +245,15 @@ class RunDir:
 
     def save_state(self, state: dict[str, Any]) -> None:
         write_json(self.state_path, state)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

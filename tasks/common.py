@@ -15,6 +15,7 @@ from prefect.logging import get_run_logger
 from prefect.runtime import task_run
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from rlanything_core import failpoints
 from rlanything_core.config import RunConfig
 from rlanything_core.rundir import EXPLOITATION, WARM_START, RunDir
 
@@ -41,8 +42,9 @@ def retry_if_transient(_task: Any, _task_run: Any, state: Any) -> bool:
 def stage_task(name: str) -> Callable[[StageBody], Any]:
     """Make a stage body into the Prefect task `name`.
 
-    The task skips a stage whose marker says it finished (resume), otherwise runs the body and
-    writes the marker with the body's outputs and metrics. Retried twice on transient errors.
+    The task skips a stage whose marker says it finished (resume) once the files it wrote are
+    checked against the marker, otherwise runs the body and writes the marker with the body's
+    outputs, their digests and metrics. Retried twice on transient errors.
     """
 
     def wrap(body: StageBody) -> Any:
@@ -59,10 +61,12 @@ def stage_task(name: str) -> Callable[[StageBody], Any]:
             run = RunDir(run_dir)
             done = run.finished(round_idx, name)
             if done is not None:
+                run.verify(round_idx, name, done)
                 get_run_logger().info("round %d: %s already finished, skipped", round_idx, name)
                 return done
             start = time.perf_counter()
-            outputs, metrics = body(config, run, round_idx)
+            with failpoints.in_stage(round_idx, name):
+                outputs, metrics = body(config, run, round_idx)
             return run.finish(round_idx, name, outputs, metrics, time.perf_counter() - start)
 
         return run

@@ -35,9 +35,7 @@ from rlanything_core.engines import Engine, open_engine
 from rlanything_core.envs.coding import CodingSpec
 from rlanything_core.envs.coding_problems import reference_pairs
 from rlanything_core.envs.gui.tasks import GuiSpec
-from rlanything_core.envs.household import HouseholdSpec
-from rlanything_core.envs.specs import parse_task_spec
-from rlanything_core.envs.textworld_env import TextWorldSpec
+from rlanything_core.envs.specs import TextSpec, parse_task_spec
 from rlanything_core.gui_demos import (
     gui_judge_demonstrations,
     gui_policy_demonstrations,
@@ -326,7 +324,7 @@ def _warm_start_demos(config: RunConfig, role: str, ws: WarmStartConfig) -> list
         if role == "policy":
             return gui_policy_demonstrations(steps, explain=ws.explain)
         return gui_judge_demonstrations(steps, label_noise=ws.label_noise, seed=config.seed)
-    text_specs = [s for s in specs if isinstance(s, HouseholdSpec | TextWorldSpec)]
+    text_specs = [s for s in specs if isinstance(s, TextSpec)]
     if role == "policy":
         return policy_demonstrations(
             text_specs,

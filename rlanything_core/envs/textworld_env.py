@@ -22,6 +22,7 @@ import random
 import shutil
 import uuid
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -126,22 +127,24 @@ def _generate(spec: TextWorldSpec, out: Path) -> tuple[str, list[str]]:
     return _clean_objective(game.objective), list(game.walkthrough)
 
 
-def _start(path: Path, **infos: bool) -> tuple[Any, Any]:
-    """A TextWorld environment on the game file, asking for `infos`, and its first state.
-    TextWorld tracks the quest itself, so jericho's warning that it has no score tables for the
-    game is noise."""
+def start_game(path: Path, wrappers: Sequence[Any] = (), **infos: bool) -> tuple[Any, Any]:
+    """A TextWorld environment on a game file (TextWorld's own, or ALFWorld's PDDL games),
+    asking for `infos`, and its first state. TextWorld tracks the quest itself, so jericho's
+    warning that it has no score tables for a generated game is noise."""
     import textworld
     from jericho.jericho import UnsupportedGameWarning
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnsupportedGameWarning)
-        env = textworld.start(str(path), request_infos=textworld.EnvInfos(**infos))
+        env = textworld.start(
+            str(path), request_infos=textworld.EnvInfos(**infos), wrappers=list(wrappers)
+        )
         return env, env.reset()
 
 
 def _verify(path: Path, walkthrough: list[str]) -> None:
     """Play the walkthrough; SpecError unless it wins the game."""
-    env, _ = _start(path, won=True)
+    env, _ = start_game(path, won=True)
     try:
         state = None
         for command in walkthrough:
@@ -224,29 +227,19 @@ def _feedback(text: str) -> str:
     return " ".join(kept) or "Nothing happens."
 
 
-class TextWorldEpisode:
-    """One episode of a TextWorld game (the household episode's interface): reset on
-    construction, then `step` until done."""
+class GameEpisode:
+    """One episode of a game on TextWorld's engine (the household episode's interface): `step`
+    until done. The expert is the game's winning policy, which TextWorld replans from the
+    current state."""
 
-    def __init__(self, spec: TextWorldSpec) -> None:
-        self.spec = spec
-        self.game = game_of(spec)
-        self._env, self._state = _start(
-            self.game.path,
-            admissible_commands=True,
-            policy_commands=True,
-            won=True,
-            lost=True,
-            description=True,
-        )
+    def __init__(self, env: Any, state: Any, objective: str, max_steps: int) -> None:
+        self._env, self._state = env, state
+        self.goal_text = objective
+        self.max_steps = max_steps
         self.steps_taken = 0
         self.done = False
         self.success = False
-        self.observation = _feedback(self._state.description)
-
-    @property
-    def goal_text(self) -> str:
-        return self.game.objective
+        self.observation = _feedback(state.description or state.feedback)
 
     @property
     def actions(self) -> list[str]:
@@ -263,7 +256,7 @@ class TextWorldEpisode:
         """Take the command with this 0-based index of `actions`; None is an invalid answer,
         which uses up a step and changes nothing."""
         if self.done:
-            raise RuntimeError("episode is over; start a new TextWorldEpisode")
+            raise RuntimeError("episode is over; start a new one")
         actions, before = self.actions, self._remaining()
         valid = action_index is not None and 0 <= action_index < len(actions)
         progress = False
@@ -282,13 +275,28 @@ class TextWorldEpisode:
             observation = "Nothing happens."
         self.steps_taken += 1
         self.success = bool(self._state.won)
-        self.done = (
-            self.success or bool(self._state.lost) or self.steps_taken >= self.spec.max_steps
-        )
+        self.done = self.success or bool(self._state.lost) or self.steps_taken >= self.max_steps
         self.observation = observation
         if self.done:
             self._env.close()
         return StepResult(observation, valid, progress, self.done, self.success)
+
+
+class TextWorldEpisode(GameEpisode):
+    """One episode of a TextWorld task's game."""
+
+    def __init__(self, spec: TextWorldSpec) -> None:
+        self.spec = spec
+        self.game = game_of(spec)
+        env, state = start_game(
+            self.game.path,
+            admissible_commands=True,
+            policy_commands=True,
+            won=True,
+            lost=True,
+            description=True,
+        )
+        super().__init__(env, state, self.game.objective, spec.max_steps)
 
 
 _SPLITS: dict[str, tuple[tuple[int, int], tuple[int, int], tuple[int, int]]] = {

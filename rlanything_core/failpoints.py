@@ -1,0 +1,48 @@
+"""Fail points: where the fault-injection suite (tests/test_faults.py) stops a training process.
+
+With RLANYTHING_FAILPOINT="<round>/<stage>" (e.g. "1/policy-update"), the process stops in the
+middle of that stage: right after the stage's first output file (a dataset or a checkpoint) is
+in place, before the rest of its outputs and its marker. It writes its pid to the file named by
+RLANYTHING_FAILPOINT_READY and waits there for the suite to kill it with SIGKILL (after
+`timeout_s` it kills itself). Unset, the hooks below do nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+FAILPOINT_ENV = "RLANYTHING_FAILPOINT"
+READY_ENV = "RLANYTHING_FAILPOINT_READY"
+
+_stage: contextvars.ContextVar[str | None] = contextvars.ContextVar("stage", default=None)
+
+
+@contextlib.contextmanager
+def in_stage(round_idx: int, stage: str) -> Iterator[None]:
+    """Mark the code of one stage run, so that `after_write` knows where it is."""
+    token = _stage.set(f"{round_idx}/{stage}")
+    try:
+        yield
+    finally:
+        _stage.reset(token)
+
+
+def after_write(path: Path, timeout_s: float = 600.0) -> None:
+    """Called by the atomic writers once `path` is in place: stop here if this is the armed
+    stage."""
+    armed = os.environ.get(FAILPOINT_ENV)
+    if not armed or _stage.get() != armed:
+        return
+    ready = os.environ.get(READY_ENV)
+    if ready:
+        Path(ready).write_text(f"{os.getpid()} {path}\n")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,385 @@
+"""Fault injection: what survives a SIGKILL in each stage, corrupted files, a full disk, and two
+runs side by side.
+
+The training runs here are real `rlanything` processes on configs/tiny.yaml (two rounds), talking
+to a Prefect server and an MLflow SQLite store that this module starts and stops. A fail point
+(rlanything_core/failpoints.py) holds the process in the middle of a stage, right after the
+stage's first output file is in place; the suite then kills its whole process group with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+from safetensors.torch import load_file
+
+from rlanything_core.config import load_config
+from rlanything_core.models import load_model, resolve_source, save_checkpoint
+from rlanything_core.rundir import RunDir, RunDirError
+from rlanything_core.services import Service, free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "configs" / "tiny.yaml"
+STAGES = [
+    "rollout",
+    "reward-scoring",
+    "advantage-computation",
+    "policy-update",
+    "rm-update",
+    "task-rewriting",
+    "acceptance-check",
+]
+KILLED_ROUND = 1  # round 0 is finished and logged to MLflow before the first kill
+
+
+@pytest.fixture(scope="module")
+def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A Prefect server and an MLflow SQLite store for the training processes of this module;
+    the tiny models built here first, so that concurrent runs find them in the cache."""
+    config = load_config(CONFIG)
+    for model in (config.policy.model, config.reward_model.model, config.env_model.model):
+        resolve_source(model.source)
+    home = tmp_path_factory.mktemp("faults-home")
+    port = free_port()
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(home / "prefect"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
+        "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
+    }
+    server = Service(
+        [
+            sys.executable,
+            "-m",
+            "prefect",
+            "server",
+            "start",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        url=None,
+        port=port,
+        startup_timeout_s=180,
+        log_path=home / "prefect-server.log",
+        env=env,
+    )
+    server.url = f"http://127.0.0.1:{port}/api"
+    with server:
+        yield env
+
+
+def _command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "flows.cli", *args]
+
+
+def _launch(
+    env: dict[str, str], args: list[str], log: Path, failpoint: str | None = None
+) -> subprocess.Popen[bytes]:
+    extra = {}
+    if failpoint:
+        extra = {
+            "RLANYTHING_FAILPOINT": failpoint,
+            "RLANYTHING_FAILPOINT_READY": str(log.with_suffix(".ready")),
+        }
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            _command(*args),
+            cwd=ROOT,
+            env={**env, **extra},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def _finish(process: subprocess.Popen[bytes], log: Path, timeout: float = 600) -> None:
+    rc = process.wait(timeout=timeout)
+    assert rc == 0, f"exit {rc}; log {log}:\n{log.read_text()[-4000:]}"
+
+
+def _kill_in(env: dict[str, str], args: list[str], log: Path, failpoint: str) -> str:
+    """Run until the fail point holds the process mid-stage, then SIGKILL its process group;
+    returns the file the stage had just written."""
+    ready = log.with_suffix(".ready")
+    ready.unlink(missing_ok=True)
+    process = _launch(env, args, log, failpoint)
+    deadline = time.monotonic() + 600
+    while not ready.is_file() or not ready.read_text().endswith("\n"):
+        assert process.poll() is None, f"exited {process.returncode} before {failpoint}: {log}"
+        assert time.monotonic() < deadline, f"never reached {failpoint}; log {log}"
+        time.sleep(0.2)
+    pid, written = ready.read_text().split(maxsplit=1)
+    assert int(pid) == process.pid
+    os.killpg(process.pid, signal.SIGKILL)
+    assert process.wait(timeout=60) == -signal.SIGKILL
+    return written.strip()
+
+
+@pytest.fixture(scope="module")
+def reference(services: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> RunDir:
+    """An uninterrupted run, trained beside a second identical one in another run directory."""
+    base = tmp_path_factory.mktemp("faults-reference")
+    runs = [base / "a", base / "b"]
+    procs = [
+        _launch(
+            services, ["train", "--config", str(CONFIG), "--run-dir", str(r)], base / f"{i}.log"
+        )
+        for i, r in enumerate(runs)
+    ]
+    for i, p in enumerate(procs):
+        _finish(p, base / f"{i}.log")
+    return RunDir(runs[0])
+
+
+def _files(run: RunDir, pattern: str) -> dict[str, bytes]:
+    return {str(p.relative_to(run.root)): p.read_bytes() for p in sorted(run.root.rglob(pattern))}
+
+
+def _checkpoints(run: RunDir) -> dict[str, dict[str, torch.Tensor]]:
+    return {
+        str(p.parent.relative_to(run.root)): load_file(str(p))
+        for p in sorted((run.root / "checkpoints").rglob("model.safetensors"))
+    }
+
+
+def _same_weights(a: dict[str, dict[str, torch.Tensor]], b: dict[str, Any]) -> bool:
+    return a.keys() == b.keys() and all(
+        a[c].keys() == b[c].keys() and all(torch.equal(a[c][k], b[c][k]) for k in a[c]) for c in a
+    )
+
+
+def _mlflow_view(env: dict[str, str], run: RunDir) -> dict[str, Any]:
+    """The run's MLflow parent: every metric's (step, value) points; its round runs."""
+    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
+    parent = json.loads(run.state_path.read_text())["mlflow_run_id"]
+    keys = client.get_run(parent).data.metrics.keys()
+    points = {
+        k: sorted((m.step, m.value) for m in client.get_metric_history(parent, k)) for k in keys
+    }
+    experiment = client.get_run(parent).info.experiment_id
+    children = client.search_runs(
+        [experiment], filter_string=f"tags.`mlflow.parentRunId` = '{parent}'"
+    )
+    return {
+        "points": points,
+        "rounds": sorted((c.data.tags["rlanything.round"], c.info.status) for c in children),
+    }
+
+
+def _deterministic(points: dict[str, list[tuple[int, float]]]) -> dict[str, Any]:
+    return {k: v for k, v in points.items() if not k.startswith("timing/")}
+
+
+def test_two_runs_in_different_directories_do_not_interfere(
+    reference: RunDir, services: dict[str, str]
+) -> None:
+    """Two identical runs trained at the same time, sharing the Prefect server, the MLflow store
+    and the model cache, each wrote its own files, byte for byte the same, and its own runs."""
+    other = RunDir(reference.root.parent / "b")
+    assert _files(reference, "*.parquet") == _files(other, "*.parquet")
+    assert len(_files(reference, "*.parquet")) == 19
+    assert _same_weights(_checkpoints(reference), _checkpoints(other))
+    a, b = _mlflow_view(services, reference), _mlflow_view(services, other)
+    assert a["rounds"] == b["rounds"] == [("0", "FINISHED"), ("1", "FINISHED")]
+    assert _deterministic(a["points"]) == _deterministic(b["points"])
+    ids = {json.loads(r.state_path.read_text())["mlflow_run_id"] for r in (reference, other)}
+    assert len(ids) == 2
+
+
+def test_sigkill_in_each_stage_then_resume_matches_the_uninterrupted_run(
+    reference: RunDir, services: dict[str, str], tmp_path: Path
+) -> None:
+    """Kill the training process mid-stage in each of the seven stages of round 1 in turn (each
+    `rlanything resume` is killed in the next stage), then resume to the end: every Parquet file
+    is byte-identical to the uninterrupted run's, as are the checkpoints' weights, the accepted
+    counts and the MLflow metrics, none of them logged twice."""
+    run = RunDir(tmp_path / "run")
+    log = tmp_path / "train.log"
+    report = []
+    for i, stage in enumerate(STAGES):
+        args = (
+            ["train", "--config", str(CONFIG), "--run-dir", str(run.root)]
+            if i == 0
+            else ["resume", "--run-dir", str(run.root)]
+        )
+        start = time.monotonic()
+        written = _kill_in(services, args, log, f"{KILLED_ROUND}/{stage}")
+        assert run.finished(KILLED_ROUND, stage) is None  # killed before its marker
+        for before in STAGES[:i]:  # what earlier kills interrupted was redone by the resume
+            assert run.finished(KILLED_ROUND, before) is not None, (stage, before)
+        report.append(
+            {
+                "stage": stage,
+                "killed_after_writing": run.label(written),
+                "seconds": round(time.monotonic() - start, 1),
+            }
+        )
+    _finish(_launch(services, ["resume", "--run-dir", str(run.root)], log), log)
+
+    assert _files(run, "*.parquet") == _files(reference, "*.parquet")
+    assert _same_weights(_checkpoints(run), _checkpoints(reference))
+    for role in ("policy", "reward_model"):
+        load_model(str(run.checkpoint(role, KILLED_ROUND)), device="cpu")
+    summary, expected = (json.loads(r.summary_path.read_text()) for r in (run, reference))
+    assert [r["env/accepted_tasks"] for r in summary["rounds"]] == [
+        r["env/accepted_tasks"] for r in expected["rounds"]
+    ]
+    assert summary["accepted_tasks_total"] == expected["accepted_tasks_total"]
+    # summary.json is written when a round ends: the killed flow runs never got to add theirs.
+    assert summary["prefect_flow_run_ids"][-1] != summary["prefect_flow_run_ids"][0]
+    mine, theirs = _mlflow_view(services, run), _mlflow_view(services, reference)
+    assert mine["rounds"] == [("0", "FINISHED"), ("1", "FINISHED")]
+    for key, points in mine["points"].items():
+        steps = [s for s, _ in points]
+        assert len(steps) == len(set(steps)), f"{key} logged twice: {points}"
+    assert _deterministic(mine["points"]) == _deterministic(theirs["points"])
+    assert not [p for p in run.root.rglob(".*") if ".tmp-" in p.name or ".old-" in p.name]
+    print("\nSIGKILL per stage of round 1, then resume:")
+    for row in report:
+        stage, path, seconds = row["stage"], row["killed_after_writing"], row["seconds"]
+        print(f"  {stage:<22} killed after writing {path:<44} {seconds} s")
+    print("  every Parquet file byte-identical; checkpoints equal and loadable; metrics once each")
+
+
+def _corrupt_copy(reference: RunDir, target: Path) -> RunDir:
+    shutil.copytree(reference.root, target)
+    return RunDir(target)
+
+
+def test_truncated_parquet_is_named_on_resume(
+    reference: RunDir, services: dict[str, str], tmp_path: Path
+) -> None:
+    run = _corrupt_copy(reference, tmp_path / "run")
+    victim = run.dataset(1, "judgments")
+    victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+    log = tmp_path / "resume.log"
+    rc = _launch(services, ["resume", "--run-dir", str(run.root)], log).wait(timeout=300)
+    text = log.read_text()
+    assert rc == 2, text[-3000:]
+    assert f"error: {victim} has" in text.replace("\n", "") or str(victim) in text
+    assert "truncated" in text and "reward-scoring" in text
+
+
+def test_corrupted_checkpoint_is_named_on_resume(
+    reference: RunDir, services: dict[str, str], tmp_path: Path
+) -> None:
+    run = _corrupt_copy(reference, tmp_path / "run")
+    weights = run.checkpoint("policy", 0) / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped byte: same size, different content
+    weights.write_bytes(bytes(data))
+    log = tmp_path / "resume.log"
+    rc = _launch(services, ["resume", "--run-dir", str(run.root)], log).wait(timeout=300)
+    text = log.read_text().replace("\n", "")
+    assert rc == 2, text[-3000:]
+    assert "model.safetensors" in text and "sha256 mismatch" in text and "policy-update" in text
+
+
+def test_verify_and_sweep_in_process(tmp_path: Path) -> None:
+    """The marker records each output file's size and digest; verify names what changed; a dead
+    process's half-written files are swept, a live one's are not."""
+    run = RunDir(tmp_path / "run")
+    out = run.dataset(0, "rollouts")
+    out.parent.mkdir(parents=True)
+    out.write_bytes(b"PAR1 data PAR1")
+    record = run.finish(0, "rollout", {"rollouts": str(out)}, {}, 0.1)
+    assert record["files"] == {
+        "round_000/rollouts.parquet": {
+            "bytes": 14,
+            "sha256": record["files"]["round_000/rollouts.parquet"]["sha256"],
+        }
+    }
+    run.verify(0, "rollout", run.finished(0, "rollout") or {})
+    out.unlink()
+    with pytest.raises(RunDirError, match=r"rollouts.parquet is missing.*rollout stage"):
+        run.verify(0, "rollout", record)
+    run.marker(0, "rollout").write_text("{not json")
+    with pytest.raises(RunDirError, match=r"rollout.json: the stage marker is unreadable"):
+        run.finished(0, "rollout")
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    stale = out.parent / f".rollouts.parquet.tmp-{dead}-0123abcd"
+    stale.write_bytes(b"half")
+    mine = out.parent / f".judgments.parquet.tmp-{os.getpid()}-0123abcd"
+    mine.write_bytes(b"busy")
+    assert run.sweep_partial() == [stale]
+    assert mine.exists() and not stale.exists()
+
+
+def _tiny_checkpoint(path: Path) -> tuple[Any, Any]:
+    model, tokenizer = load_model(load_config(CONFIG).policy.model.source, device="cpu")
+    save_checkpoint(model, tokenizer, path)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)  # the next checkpoint differs from the saved one
+    return model, tokenizer
+
+
+def _previous_checkpoint_survives(path: Path, attempt: Any) -> None:
+    before = load_file(str(path / "model.safetensors"))
+    with pytest.raises(OSError) as caught:
+        attempt()
+    assert caught.value.errno in (errno.ENOSPC, errno.EFBIG), caught.value
+    after = load_file(str(path / "model.safetensors"))
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+    load_model(str(path), device="cpu")  # still a loadable checkpoint
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no half-written leftovers
+
+
+def test_file_size_limit_mid_checkpoint_keeps_the_previous_one(tmp_path: Path) -> None:
+    """The kernel refuses writes past RLIMIT_FSIZE (EFBIG) as a full disk refuses them (ENOSPC):
+    the checkpoint being written is abandoned, the previous one stays whole."""
+    path = tmp_path / "ckpt" / "round_000"
+    model, tokenizer = _tiny_checkpoint(path)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+    def attempt() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, hard))
+        try:
+            save_checkpoint(model, tokenizer, path)
+        finally:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+
+    try:
+        _previous_checkpoint_survives(path, attempt)
+    finally:
+        signal.signal(signal.SIGXFSZ, handler)
+
+
+def test_full_disk_mid_checkpoint_keeps_the_previous_one(tmp_path: Path) -> None:
+    """A real full disk: a tmpfs with room for one checkpoint and a half (root only)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    first = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=720k", "tmpfs", str(mount)], capture_output=True
+    )
+    if first.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {first.stderr.decode().strip()}")
+    try:
+        path = mount / "ckpt" / "round_000"
+        model, tokenizer = _tiny_checkpoint(path)
+        _previous_checkpoint_survives(path, lambda: save_checkpoint(model, tokenizer, path))
+    finally:
+        subprocess.run(["umount", "--lazy", str(mount)], check=True)  # tensors may still map files
