@@ -119,18 +119,7 @@ class RunDir:
 
     def finished(self, round_idx: int, stage: str) -> dict[str, Any] | None:
         path = self.marker(round_idx, stage)
-        if not path.is_file():
-            return None
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise RunDirError(
-                f"{path}: the stage marker is unreadable ({exc}). Delete it, and resume redoes "
-                f"the {stage} stage."
-            ) from exc
-        if not isinstance(record, dict):
-            raise RunDirError(f"{path}: not a stage marker. Delete it to redo the {stage} stage.")
-        return record
+        return _read_marker(path) if path.is_file() else None
 
     def output_files(self, outputs: dict[str, str]) -> dict[str, dict[str, Any]]:
         """Size and sha256 of every file of `outputs` (files, or checkpoint directories), keyed by
@@ -177,15 +166,8 @@ class RunDir:
         its marker; raise RunDirError naming the first bad file. Returns the markers checked."""
         markers = sorted(self.root.rglob("_stages/*.json"))
         for path in markers:
-            stage = path.stem
-            try:
-                record = json.loads(path.read_text())
-            except (OSError, ValueError) as exc:
-                raise RunDirError(
-                    f"{path}: the stage marker is unreadable ({exc}). Delete it, and resume "
-                    f"redoes the {stage} stage."
-                ) from exc
-            self.verify(int(record.get("round", 0)), stage, record, path)
+            record = _read_marker(path)
+            self.verify(int(record.get("round", 0)), path.stem, record, path)
         return len(markers)
 
     def sweep_partial(self) -> list[Path]:
@@ -245,6 +227,19 @@ class RunDir:
 
     def save_state(self, state: dict[str, Any]) -> None:
         write_json(self.state_path, state)
+
+
+def _read_marker(path: Path) -> dict[str, Any]:
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        record = f"unreadable ({exc})"
+    if not isinstance(record, dict):
+        raise RunDirError(
+            f"{path}: the stage marker is {record if isinstance(record, str) else 'not a marker'}"
+            f". Delete it, and resume redoes the {path.stem} stage."
+        )
+    return record
 
 
 def _alive(pid: int) -> bool:

@@ -27,6 +27,7 @@ import torch
 from mlflow.tracking import MlflowClient
 from safetensors.torch import load_file
 
+import tasks.stages
 from rlanything_core.config import load_config
 from rlanything_core.models import load_model, resolve_source, save_checkpoint
 from rlanything_core.rundir import RunDir, RunDirError
@@ -34,15 +35,7 @@ from rlanything_core.services import Service, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "tiny.yaml"
-STAGES = [
-    "rollout",
-    "reward-scoring",
-    "advantage-computation",
-    "policy-update",
-    "rm-update",
-    "task-rewriting",
-    "acceptance-check",
-]
+STAGES = [t.name for t in tasks.stages.STAGES]
 KILLED_ROUND = 1  # round 0 is finished and logged to MLflow before the first kill
 
 

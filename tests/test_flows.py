@@ -27,15 +27,7 @@ from rlanything_core.schemas import SCHEMAS, read_dataset
 from rlanything_core.services import Service, free_port, serve_command
 
 ROOT = Path(__file__).resolve().parents[1]
-STAGES = [
-    "rollout",
-    "reward-scoring",
-    "advantage-computation",
-    "policy-update",
-    "rm-update",
-    "task-rewriting",
-    "acceptance-check",
-]
+STAGES = [t.name for t in tasks.stages.STAGES]
 ROUND_FILES = [n for n in SCHEMAS if n not in ("sft_samples", "expert_set")]
 
 
@@ -61,14 +53,36 @@ def _weights(path: Path) -> dict[str, torch.Tensor]:
     return load_file(str(path / "model.safetensors"))
 
 
-def _two_rounds_finished(run: RunDir, summary: dict[str, Any]) -> None:
-    """Rounds 0 and 1 ran every stage, and every round file matches its schema."""
+def _two_rounds_finished(run: RunDir, summary: dict[str, Any], env: str | None = None) -> None:
+    """Rounds 0 and 1 ran every stage, and every round file matches its schema; given `env`,
+    the next pool holds tasks of that environment and every invalid rewrite says why."""
     assert [r["round"] for r in summary["rounds"]] == [0, 1]
     for r in range(2):
         for stage in STAGES:
             assert run.finished(r, stage) is not None, (r, stage)
         for name in ROUND_FILES:
             read_dataset(run.dataset(r, name), name)
+    if env is not None:
+        assert set(read_dataset(run.dataset(2, "tasks"), "tasks")["env"]) == {env}
+        candidates = read_dataset(run.dataset(0, "candidates"), "candidates")
+        assert len(candidates) > 0 and candidates.loc[~candidates["valid"], "error"].notna().all()
+
+
+def _eval_last_round(config: RunConfig, run: RunDir, out: Path) -> dict[str, pd.DataFrame]:
+    """`rlanything eval` of round 1's checkpoints; each split's rollouts, checked for accuracy in
+    [0, 1] and for held-out task ids."""
+    metrics = rlanything_eval(
+        config=config,
+        policy=str(run.checkpoint("policy", 1)),
+        reward_model=str(run.checkpoint("reward_model", 1)),
+        out_dir=str(out),
+    )
+    found = {}
+    for split in ("id", "ood"):
+        assert 0.0 <= metrics[f"eval/{split}/policy_accuracy"] <= 1.0
+        found[split] = read_dataset(out / f"{split}_rollouts.parquet", "rollouts")
+        assert found[split]["task_id"].str.startswith(f"eval-{split}").all()
+    return found
 
 
 def _task_runs(flow_run_id: str) -> list[Any]:
@@ -564,7 +578,7 @@ def test_gui_two_rounds_in_headless_chromium(tmp_path: Path) -> None:
     config = load_config(ROOT / "configs" / "gui-tiny.yaml")
     run = RunDir(tmp_path / "run")
     summary = rlanything_train(config=config, run_dir=str(run.root))
-    _two_rounds_finished(run, summary)
+    _two_rounds_finished(run, summary, "gui")
     for r in range(2):
         rollouts = read_dataset(run.dataset(r, "rollouts"), "rollouts")
         assert rollouts["observation"].str.contains(r"(?:^|\n)Page: ").all()
@@ -572,10 +586,6 @@ def test_gui_two_rounds_in_headless_chromium(tmp_path: Path) -> None:
         for shot in rollouts["screenshot"]:
             assert (run.root / shot).read_bytes().startswith(b"\x89PNG\r\n\x1a\n"), shot
         assert set(rollouts["outcome"]) <= {-1, 1}
-    pool = read_dataset(run.dataset(2, "tasks"), "tasks")
-    assert set(pool["env"]) == {"gui"}
-    candidates = read_dataset(run.dataset(0, "candidates"), "candidates")
-    assert len(candidates) > 0 and candidates.loc[~candidates["valid"], "error"].notna().all()
     sft = read_dataset(run.root / "warm_start" / "policy_sft.parquet", "sft_samples")
     assert len(sft) > 0 and sft["prompt"].str.contains("Page: ").all()
     assert sft["response"].str.contains(r"\\boxed\{(?:click|type|select|done)\(").all()
@@ -584,17 +594,8 @@ def test_gui_two_rounds_in_headless_chromium(tmp_path: Path) -> None:
     assert any(not torch.equal(start[k], end[k]) for k in start)
 
     out = tmp_path / "eval"
-    metrics = rlanything_eval(
-        config=config,
-        policy=str(run.checkpoint("policy", 1)),
-        reward_model=str(run.checkpoint("reward_model", 1)),
-        out_dir=str(out),
-    )
-    for split in ("id", "ood"):
-        assert 0.0 <= metrics[f"eval/{split}/policy_accuracy"] <= 1.0
-        rollouts = read_dataset(out / f"{split}_rollouts.parquet", "rollouts")
-        assert rollouts["task_id"].str.startswith(f"eval-{split}").all()
-        assert all((out / shot).is_file() for shot in rollouts["screenshot"])
+    for split, rollouts in _eval_last_round(config, run, out).items():
+        assert all((out / shot).is_file() for shot in rollouts["screenshot"]), split
 
 
 def test_textworld_two_rounds_on_generated_games(tmp_path: Path) -> None:
@@ -604,28 +605,15 @@ def test_textworld_two_rounds_on_generated_games(tmp_path: Path) -> None:
     config = load_config(ROOT / "configs" / "textworld-tiny.yaml")
     run = RunDir(tmp_path / "run")
     summary = rlanything_train(config=config, run_dir=str(run.root))
-    _two_rounds_finished(run, summary)
+    _two_rounds_finished(run, summary, "textworld")
     for r in range(2):
         rollouts = read_dataset(run.dataset(r, "rollouts"), "rollouts")
         assert rollouts["prompt"].str.contains("Admissible actions:").all()
         assert rollouts.loc[rollouts["action_valid"], "action"].notna().all()
         assert set(rollouts["outcome"]) <= {-1, 1}
         assert rollouts["screenshot"].isna().all()
-    pool = read_dataset(run.dataset(2, "tasks"), "tasks")
-    assert set(pool["env"]) == {"textworld"}
-    candidates = read_dataset(run.dataset(0, "candidates"), "candidates")
-    assert len(candidates) > 0 and candidates.loc[~candidates["valid"], "error"].notna().all()
     sft = read_dataset(run.root / "warm_start" / "policy_sft.parquet", "sft_samples")
     assert len(sft) > 0 and sft["response"].str.contains(r"\\boxed\{\d+\}").all()
 
-    out = tmp_path / "eval"
-    metrics = rlanything_eval(
-        config=config,
-        policy=str(run.checkpoint("policy", 1)),
-        reward_model=str(run.checkpoint("reward_model", 1)),
-        out_dir=str(out),
-    )
-    for split in ("id", "ood"):
-        assert 0.0 <= metrics[f"eval/{split}/policy_accuracy"] <= 1.0
-        rollouts = read_dataset(out / f"{split}_rollouts.parquet", "rollouts")
-        assert rollouts["goal"].str.len().gt(0).all()
+    for split, rollouts in _eval_last_round(config, run, tmp_path / "eval").items():
+        assert rollouts["goal"].str.len().gt(0).all(), split

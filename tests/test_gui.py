@@ -140,7 +140,7 @@ def test_spec_validation_names_the_problem() -> None:
         ({"params": {"q": "invoice"}}, "must be exactly ['query']"),
         ({"hints": ["Click the button."]}, "must quote a real element"),
         ({"hints": ["Click 'Launch rockets'."]}, "must quote a real element"),
-        ({"max_steps": 2}, "below the expert's plan length"),
+        ({"max_steps": 2}, "steps of the expert's plan; raise max_steps"),
         (
             {"app": "files", "template": "rename_file", "params": {"file": "x", "new_name": "y"}},
             "does not exist",

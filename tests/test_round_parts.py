@@ -145,7 +145,7 @@ def test_parse_rewrite_counts_malformed_answers() -> None:
         ("{}", "empty"),
         ('{"num_distractors": 1}', "identical"),
         ('{"num_rooms": 9}', "num_rooms"),
-        ('{"max_steps": 1}', "max_steps=1 is below the expert's plan length"),
+        ('{"max_steps": 1}', "steps of the expert's plan for this layout"),
     ]:
         spec, error = parse_rewrite(text, parent)
         assert spec is None and error is not None and reason in error, (text, error)

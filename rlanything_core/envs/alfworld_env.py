@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlanything_core.envs.common import SpecError, validate_spec
+from rlanything_core.envs.common import SpecError, check_step_limit, validate_spec
 from rlanything_core.envs.textworld_env import GameEpisode, start_game
 
 MAX_STEPS = 100
@@ -117,12 +117,7 @@ def parse_alfworld_spec(data: str | dict[str, object]) -> AlfworldSpec:
         raise SpecError(f"{path} is not an ALFWorld game file ({exc})") from exc
     if not solvable:
         raise SpecError(f"{path} is not marked solvable by ALFWorld; choose another game")
-    needed = plan_length(str(path))
-    if needed > spec.max_steps:
-        raise SpecError(
-            f"max_steps {spec.max_steps} is below the plan's {needed} commands for {spec.game}; "
-            f"raise max_steps to at least {needed}."
-        )
+    check_step_limit(spec.max_steps, plan_length(str(path)), f"the planner's plan for {spec.game}")
     return spec
 
 

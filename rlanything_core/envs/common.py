@@ -27,6 +27,15 @@ def validate_spec(model: type[SpecT], data: str | dict[str, object], env: str) -
         raise SpecError(f"invalid {env} spec: {problems}") from exc
 
 
+def check_step_limit(max_steps: int, needed: int, plan: str) -> None:
+    """SpecError unless the step limit covers a plan of `needed` steps (`plan` names it)."""
+    if needed > max_steps:
+        raise SpecError(
+            f"max_steps {max_steps} is below the {needed} steps of {plan}; raise max_steps to at "
+            f"least {needed}."
+        )
+
+
 @dataclass(frozen=True)
 class Move:
     """What the environment did with one policy answer (one row of the rollouts dataset)."""

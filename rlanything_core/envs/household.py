@@ -28,7 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlanything_core.envs.common import SpecError, validate_spec
+from rlanything_core.envs.common import SpecError, check_step_limit, validate_spec
 
 GoalType = Literal["put", "clean_put", "heat_put", "cool_put", "find_two"]
 GOAL_TYPES: tuple[GoalType, ...] = ("put", "clean_put", "heat_put", "cool_put", "find_two")
@@ -132,12 +132,7 @@ def parse_spec(data: str | dict[str, object]) -> HouseholdSpec:
     spec = validate_spec(HouseholdSpec, data, "household")
     _check_semantics(spec)
     world = build_world(spec)
-    optimal = len(plan(world))
-    if optimal > spec.max_steps:
-        raise SpecError(
-            f"max_steps={spec.max_steps} is below the expert's plan length {optimal} for this "
-            f"layout; set max_steps to at least {optimal}."
-        )
+    check_step_limit(spec.max_steps, len(plan(world)), "the expert's plan for this layout")
     return spec
 
 

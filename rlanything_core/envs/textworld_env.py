@@ -31,7 +31,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlanything_core.default_model import cache_root as project_cache
-from rlanything_core.envs.common import SpecError, validate_spec
+from rlanything_core.envs.common import SpecError, check_step_limit, validate_spec
 from rlanything_core.envs.household import StepResult
 
 MAX_WORLD_SIZE = 12
@@ -205,13 +205,8 @@ def parse_textworld_spec(data: str | dict[str, object]) -> TextWorldSpec:
     """Validate a spec completely: its fields, then its game (generated when not cached), which
     must be won by its walkthrough within max_steps. Raises SpecError naming the problem."""
     spec = validate_spec(TextWorldSpec, data, "textworld")
-    game = game_of(spec)
-    if len(game.walkthrough) > spec.max_steps:
-        raise SpecError(
-            f"max_steps {spec.max_steps} is below the walkthrough's {len(game.walkthrough)} "
-            f"commands for {spec.generation}; raise max_steps to at least "
-            f"{len(game.walkthrough)}."
-        )
+    walkthrough = game_of(spec).walkthrough
+    check_step_limit(spec.max_steps, len(walkthrough), f"the walkthrough of {spec.generation}")
     return spec
 
 

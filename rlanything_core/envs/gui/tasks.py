@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlanything_core.envs.common import SpecError, validate_spec
+from rlanything_core.envs.common import SpecError, check_step_limit, validate_spec
 from rlanything_core.envs.gui.apps import (
     APPS,
     FIELDS_BY_NAME,
@@ -241,11 +241,7 @@ def parse_gui_spec(data: str | dict[str, object]) -> GuiSpec:
                 f"hint {hint!r} must quote a real element of the {spec.app} app, like "
                 f'"{EXAMPLE_HINT[spec.app]}", in at most {MAX_HINT_CHARS} characters.'
             )
-    if len(plan) > spec.max_steps:
-        raise SpecError(
-            f"max_steps={spec.max_steps} is below the expert's plan length {len(plan)}; set "
-            f"max_steps to at least {len(plan)}."
-        )
+    check_step_limit(spec.max_steps, len(plan), "the expert's plan")
     return spec
 
 
