@@ -18,13 +18,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 from common import save
+from run_report import eval_success, run_rounds
 
 from rlanything_core.envs.gui.browser import Browser, BrowserOptions, GuiEpisode
 from rlanything_core.envs.gui.tasks import SEED_TASKS, parse_gui_spec
-from rlanything_core.rundir import RunDir
-from rlanything_core.schemas import read_dataset
 
 
 def expert_throughput(repeats: int) -> dict[str, Any]:
@@ -55,44 +53,6 @@ def expert_throughput(repeats: int) -> dict[str, Any]:
         "episodes_per_s": round(episodes / seconds, 3),
         "success_rate": solved / episodes,
     }
-
-
-def run_rounds(run_dir: Path) -> list[dict[str, Any]]:
-    """Per round of a finished run: rollout throughput, success and invalid actions."""
-    run = RunDir(run_dir)
-    rounds = []
-    r = 0
-    while (marker := run.finished(r, "rollout")) is not None:
-        rollouts = read_dataset(run.dataset(r, "rollouts"), "rollouts")
-        episodes = rollouts.drop_duplicates(["task_id", "task_version", "rollout_idx"])
-        rounds.append(
-            {
-                "round": r,
-                "episodes": len(episodes),
-                "steps": len(rollouts),
-                "rollout_seconds": round(marker["seconds"], 1),
-                "steps_per_s": round(len(rollouts) / marker["seconds"], 3),
-                "success_rate": float((episodes["outcome"] > 0).mean()),
-                "invalid_action_rate": float((~rollouts["action_valid"]).mean()),
-                "progress_rate": float(rollouts["progress"].mean()),
-            }
-        )
-        r += 1
-    return rounds
-
-
-def eval_success(eval_dir: Path) -> dict[str, Any]:
-    """Held-out success and invalid-action rates from `rlanything eval`'s rollouts."""
-    out: dict[str, Any] = {}
-    for split in ("id", "ood"):
-        rollouts = pd.read_parquet(eval_dir / f"{split}_rollouts.parquet")
-        episodes = rollouts.drop_duplicates(["task_id", "task_version", "rollout_idx"])
-        out[split] = {
-            "episodes": len(episodes),
-            "success_rate": float((episodes["outcome"] > 0).mean()),
-            "invalid_action_rate": float((~rollouts["action_valid"]).mean()),
-        }
-    return out
 
 
 def main() -> None:
