@@ -54,6 +54,10 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
         "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
+        # One torch thread per process: two runs side by side with a thread per core each spend
+        # their time waiting on each other's threads (a tiny.yaml run: 200 s instead of 46 s).
+        # Every process here uses the same count, so the results stay comparable bit for bit.
+        "OMP_NUM_THREADS": "1",
     }
     server = Service(
         [
