@@ -74,4 +74,4 @@ format: setup
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf runs mlflow.db mlruns mlartifacts .pytest_cache .ruff_cache .mypy_cache
+	rm -rf runs mlflow.db mlflow.db.lock mlruns mlartifacts .pytest_cache .ruff_cache .mypy_cache

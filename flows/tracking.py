@@ -9,6 +9,7 @@ sha256 digest of their Parquet files (lineage); checkpoints as artifacts or as r
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 from collections.abc import Iterator
@@ -35,6 +36,23 @@ LINEAGE_DATASETS = ("tasks", "rollouts")
 def tracking_uri() -> str:
     """$MLFLOW_TRACKING_URI, else a SQLite store `mlflow.db` in the working directory."""
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+
+
+def open_experiment(uri: str, name: str) -> str:
+    """Point MLflow at `uri` and return the id of experiment `name`, creating either if missing.
+
+    A new SQLite store is created by running MLflow's schema migrations, and two processes that do
+    this at once break each other's migrations (alembic errors, then an exit); an experiment made
+    by two processes at once fails on its unique name. So for a SQLite store both happen under an
+    exclusive lock on `<database>.lock`, held only for this call."""
+    mlflow.set_tracking_uri(uri)
+    database = uri.removeprefix("sqlite:///").split("?")[0]
+    with contextlib.ExitStack() as stack:
+        if uri.startswith("sqlite:///") and database not in ("", ":memory:"):
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
+            lock = stack.enter_context(open(f"{database}.lock", "a"))
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        return mlflow.set_experiment(name).experiment_id
 
 
 def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, str]:
@@ -70,10 +88,8 @@ class Tracker:
         self.run = run
         self.config = config
         self.uri = tracking_uri()
-        mlflow.set_tracking_uri(self.uri)
+        self.experiment_id = open_experiment(self.uri, config.tracking.experiment)
         self.client = MlflowClient(self.uri)
-        experiment = mlflow.set_experiment(config.tracking.experiment)
-        self.experiment_id = experiment.experiment_id
         state = run.load_state()
         if "mlflow_run_id" in state:
             self.parent_id: str = state["mlflow_run_id"]
@@ -258,8 +274,7 @@ def log_evaluation(
 ) -> str:
     """One MLflow run per evaluation, in the config's experiment (nested under `parent_run_id`
     when given); returns its id."""
-    mlflow.set_tracking_uri(tracking_uri())
-    mlflow.set_experiment(config.tracking.experiment)
+    open_experiment(tracking_uri(), config.tracking.experiment)
     tags = {} if parent_run_id is None else {MLFLOW_PARENT_RUN_ID: parent_run_id}
     with mlflow.start_run(run_name=f"eval-{Path(policy).name}", tags=tags) as run:
         mlflow.set_tags({"rlanything.kind": "eval", "rlanything.out_dir": str(out_dir.resolve())})

@@ -380,3 +380,29 @@ def test_full_disk_mid_checkpoint_keeps_the_previous_one(tmp_path: Path) -> None
         _previous_checkpoint_survives(path, lambda: save_checkpoint(model, tokenizer, path))
     finally:
         subprocess.run(["umount", "--lazy", str(mount)], check=True)  # tensors may still map files
+
+
+def test_processes_that_open_a_new_sqlite_store_at_once_all_succeed(tmp_path: Path) -> None:
+    """Three processes create the same MLflow SQLite store and experiment at the same moment
+    (MLflow's schema migrations break each other without the lock in `open_experiment`)."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    code = (
+        "import sys; from flows.tracking import open_experiment; "
+        "print(open_experiment(sys.argv[1], 'side-by-side'))"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, uri],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    results = [p.communicate(timeout=300) for p in procs]
+    for p, (_, err) in zip(procs, results, strict=True):
+        assert p.returncode == 0, err[-3000:]
+    ids = {out.strip() for out, _ in results}
+    assert len(ids) == 1 and ids != {""}
+    assert MlflowClient(uri).get_experiment_by_name("side-by-side").experiment_id in ids
