@@ -302,7 +302,12 @@ def main(argv: list[str] | None = None) -> int:
     sv.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
     sv.add_argument("--name", help="served model name (default: the --model value)")
     sv.add_argument("--device", default="auto", help='"auto", "cpu" or "cuda[:n]"')
-    sv.add_argument("--dtype", default="auto", help='"auto" or a torch dtype name')
+    sv.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "fastest", "float32", "bfloat16", "float16"],
+        help='"auto" (float32 on CPU), "fastest" (bfloat16 where the hardware has it) or a dtype',
+    )
     sv.add_argument("--batch-size", type=int, default=32, help="requests decoded together")
     sv.set_defaults(func=_serve)
     gs = sub.add_parser("gui-strip", help="a PNG strip of one GUI episode's screenshots")

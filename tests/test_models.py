@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
 from rlanything_core import default_model
+from rlanything_core.config import ModelConfig
 from rlanything_core.default_model import ModelNotFoundError
 from rlanything_core.models import (
     TrainSample,
@@ -17,6 +19,7 @@ from rlanything_core.models import (
     load_model,
     make_optimizer,
     ppo_update,
+    resolve_dtype,
     resolve_source,
     response_logprobs,
     save_checkpoint,
@@ -194,3 +197,32 @@ def test_tiny_sources_name_their_size() -> None:
     assert (model.config.hidden_size, model.config.num_hidden_layers) == (32, 1)
     with pytest.raises(ModelNotFoundError, match=r"tiny-<width>x<layers>"):
         resolve_source("tiny-30x1:0")
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_dtype_fastest_uses_bfloat16_only_where_the_cpu_has_it(
+    native: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: native)
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert resolve_dtype("fastest", cpu) == (torch.bfloat16 if native else torch.float32)
+    assert resolve_dtype("fastest", cuda) == torch.bfloat16
+    assert resolve_dtype("auto", cpu) == torch.float32  # the same on every CPU
+    assert resolve_dtype("auto", cuda) == torch.bfloat16
+    assert resolve_dtype("float16", cpu) == torch.float16
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert resolve_dtype("bfloat16", cpu) == torch.bfloat16  # as given, even when emulated
+    assert [str(w.message).split(":")[0] for w in caught] == (
+        [] if native else ["dtype bfloat16 on a CPU without AVX512-BF16 or AMX"]
+    )
+
+
+def test_unknown_dtype_is_named_with_the_choices() -> None:
+    with pytest.raises(
+        ValueError, match='dtype "bf16" is not a torch dtype; use "auto", "fastest"'
+    ):
+        resolve_dtype("bf16", torch.device("cpu"))
+    with pytest.raises(ValueError, match=r"dtype\n.*Input should be 'auto', 'fastest'"):
+        ModelConfig(dtype="bf16")
