@@ -12,6 +12,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -132,10 +133,15 @@ class Tracker:
         """Log a Parquet file as an MLflow dataset input of the active run (sha256 digest)."""
         frame = read_dataset(path, dataset)
         frame = frame[[c for c in frame.columns if not c.endswith(("_ids", "logprobs"))]]
-        mlflow.log_input(
-            mlflow.data.from_pandas(frame, source=str(path), name=name, digest=file_digest(path)),
-            context=context,
-        )
+        with warnings.catch_warnings():
+            # Two MLflow notices per dataset that say nothing about our data: a local path
+            # matches its local source type twice, and integer columns could not hold NaN.
+            warnings.filterwarnings("ignore", "The specified dataset source can be interpreted")
+            warnings.filterwarnings("ignore", "Hint: Inferred schema contains integer column")
+            dataset = mlflow.data.from_pandas(
+                frame, source=str(path), name=name, digest=file_digest(path)
+            )
+        mlflow.log_input(dataset, context=context)
 
     def _round_run(self, round_idx: int) -> tuple[str, bool]:
         """(run id, already finished) of the round's nested run, creating it when missing."""
