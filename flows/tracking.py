@@ -135,13 +135,14 @@ class Tracker:
         frame = frame[[c for c in frame.columns if not c.endswith(("_ids", "logprobs"))]]
         with warnings.catch_warnings():
             # Two MLflow notices per dataset that say nothing about our data: a local path
-            # matches its local source type twice, and integer columns could not hold NaN.
+            # matches its local source type twice (from_pandas), and integer columns could not
+            # hold NaN (the schema inferred in log_input).
             warnings.filterwarnings("ignore", "The specified dataset source can be interpreted")
             warnings.filterwarnings("ignore", "Hint: Inferred schema contains integer column")
             dataset = mlflow.data.from_pandas(
                 frame, source=str(path), name=name, digest=file_digest(path)
             )
-        mlflow.log_input(dataset, context=context)
+            mlflow.log_input(dataset, context=context)
 
     def _round_run(self, round_idx: int) -> tuple[str, bool]:
         """(run id, already finished) of the round's nested run, creating it when missing."""
