@@ -113,6 +113,13 @@ class UpdateConfig(_Strict):
     """Weight β of the k3 KL to the policy loaded at the start of the update. Reference: 0.01."""
     optimizer_steps: int = Field(4, ge=1)
     """Optimizer steps per RL step (the samples are split into this many mini-batches). Ref.: 4."""
+    epochs: int = Field(1, ge=1)
+    """Passes over those mini-batches per update, all clipped against the log-probs taken before
+    the first step (PPO epochs): epochs × optimizer_steps steps per round. Reference: 1."""
+    keep_optimizer: bool = True
+    """Keep one AdamW for the whole run: its state is saved with each checkpoint and restored by
+    the next update (and on resume). False = a fresh AdamW every round (not with fsdp, whose
+    sharded state is not saved: there every round starts a fresh one)."""
     micro_batch_size: int = Field(4, ge=1)
     """Samples per forward/backward pass (gradient accumulation inside a mini-batch)."""
     max_grad_norm: float = Field(1.0, gt=0.0)

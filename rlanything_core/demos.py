@@ -87,24 +87,39 @@ def policy_demonstrations(
     out = []
     for s in _trajectories(specs, noise, history_steps, random.Random(seed)):
         prompt = policy_messages(s.goal, s.history, s.observation, s.actions)
-        answer = f"\\boxed{{{s.expert + 1}}}"
-        text = f"I will {s.actions[s.expert]}. {answer}" if explain else answer
-        out.append(Demo(s.task_id, s.step_idx, prompt, text))
+        out.append(Demo(s.task_id, s.step_idx, prompt, policy_answer(s.actions, s.expert, explain)))
     return out
 
 
+def policy_answer(actions: Sequence[str], index: int, explain: bool) -> str:
+    """The policy's answer choosing `actions[index]`, in the format its warm start teaches: the
+    action's number in a box, after naming the action when `explain`."""
+    answer = f"\\boxed{{{index + 1}}}"
+    return f"I will {actions[index]}. {answer}" if explain else answer
+
+
 def judge_demonstrations(
-    specs: Sequence[TextSpec], *, noise: float, label_noise: float, history_steps: int, seed: int
+    specs: Sequence[TextSpec],
+    *,
+    noise: float,
+    label_noise: float,
+    history_steps: int,
+    seed: int,
+    explain: bool = True,
 ) -> list[Demo]:
     """Judge prompts answered with the planner's progress label, a fraction `label_noise` flipped.
-    The judged response is a templated one naming the action taken."""
+
+    The judged response is the one the policy gives at run time for the action taken
+    (`policy_answer` with the policy's `explain`), so the reward model is warm-started on the
+    prompts it will judge."""
     rng = random.Random(seed)
     out = []
     for s in _trajectories(specs, noise, history_steps, rng):
         action = s.actions[s.taken]
         good = s.progress != (rng.random() < label_noise)
+        response = policy_answer(s.actions, s.taken, explain)
         prompt = judge_messages(
-            s.goal, s.history, s.observation, f"I will {action}.", action, s.next_observation
+            s.goal, s.history, s.observation, response, action, s.next_observation
         )
         verdict = "Progress. \\boxed{1}" if good else "No progress. \\boxed{-1}"
         out.append(Demo(s.task_id, s.step_idx, prompt, verdict))

@@ -94,25 +94,26 @@ def gui_trajectories(
 def gui_policy_demonstrations(steps: list[_Step], *, explain: bool = True) -> list[Demo]:
     """The expert's answer to every page of the trajectories: its hint sentence and the action
     in a box, or the box alone without `explain`."""
-    return [
-        Demo(
-            s.task_id,
-            s.step_idx,
-            s.prompt,
-            s.expert if explain else s.expert[s.expert.index("\\boxed") :],
-        )
-        for s in steps
-    ]
+    return [Demo(s.task_id, s.step_idx, s.prompt, _format(s.expert, explain)) for s in steps]
 
 
-def gui_judge_demonstrations(steps: list[_Step], *, label_noise: float, seed: int) -> list[Demo]:
-    """Judge prompts on the steps played, answered with the progress label (some flipped)."""
+def _format(answer: str, explain: bool) -> str:
+    """`answer` as the policy gives it: whole with `explain`, else from its box on."""
+    return answer if explain else answer[answer.index("\\boxed") :]
+
+
+def gui_judge_demonstrations(
+    steps: list[_Step], *, label_noise: float, seed: int, explain: bool = True
+) -> list[Demo]:
+    """Judge prompts on the steps played, answered with the progress label (some flipped); the
+    judged response is in the policy's format (`explain` as its warm start)."""
     rng = random.Random(seed)
     out = []
     for s in steps:
         good = s.progress != (rng.random() < label_noise)
+        response = _format(s.taken, explain)
         prompt = judge_messages(
-            s.goal, s.history, s.observation, s.taken, s.action, s.next_observation
+            s.goal, s.history, s.observation, response, s.action, s.next_observation
         )
         verdict = "Progress. \\boxed{1}" if good else "No progress. \\boxed{-1}"
         out.append(Demo(s.task_id, s.step_idx, prompt, verdict))

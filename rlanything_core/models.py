@@ -13,8 +13,13 @@ Choices (METHOD.md §1, policy loss):
 3. The old log-probs of an update are recomputed with the loaded checkpoint before the first
    optimizer step; the sampler's log-probs are kept only for diagnostics.
 4. EOS is appended to every training response that does not already end with it.
-5. Each round's update starts a fresh AdamW: optimizer moments are not carried from one round's
-   checkpoint to the next (a checkpoint is the model alone, in Hugging Face format).
+5. One AdamW per trained model for the whole run (`update.keep_optimizer`): its state is saved
+   beside the weights of every RL checkpoint (`optimizer.pt`) and restored by the next round's
+   update, as a single long-running optimizer would keep it. A fresh Adam takes steps of about
+   lr·sign(g) on every weight whatever the signal, so a few steps per round from a fresh one are
+   mostly noise. Warm-start (supervised) checkpoints carry no optimizer state: RL starts afresh.
+6. `epochs` passes over the same mini-batches per update, all against the old log-probs taken
+   before the first step (PPO's several epochs within the clip); 1 = one pass, as the reference.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from rlanything_core.losses import ppo_clip_k3_loss
 
 Messages = Sequence[dict[str, str]]
 CHECKPOINT_META = "rlanything_checkpoint.json"
+OPTIMIZER_STATE = "optimizer.pt"
 
 
 def resolve_source(source: str) -> str:
@@ -196,15 +202,21 @@ class CheckpointWriteError(OSError):
 
 
 def save_checkpoint(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: str | Path
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    path: str | Path,
+    optimizer: torch.optim.Optimizer | None = None,
 ) -> Path:
     """Write a Hugging Face checkpoint atomically: the LoRA adapter for a PEFT model, else the
-    full model; the tokenizer beside it. A failed write (safetensors reports I/O errors as its
-    own exception) raises CheckpointWriteError with the operating system's error number."""
+    full model; the tokenizer beside it, and the optimizer's state (`optimizer.pt`) when given,
+    all or nothing. A failed write (safetensors reports I/O errors as its own exception) raises
+    CheckpointWriteError with the operating system's error number."""
     try:
         with atomic_dir(path) as tmp:
             model.save_pretrained(tmp, safe_serialization=True)
             tokenizer.save_pretrained(tmp)
+            if optimizer is not None:
+                torch.save(optimizer.state_dict(), tmp / OPTIMIZER_STATE)
             kind = "lora" if isinstance(model, PeftModel) else "full"
             (tmp / CHECKPOINT_META).write_text(json.dumps({"kind": kind}) + "\n")
     except (OSError, SafetensorError) as exc:
@@ -436,10 +448,12 @@ def ppo_update(
     optimizer_steps: int = 4,
     micro_batch_size: int = 4,
     max_grad_norm: float = 1.0,
+    epochs: int = 1,
     group: Group | None = None,
     on_step: Callable[[int], None] | None = None,
 ) -> dict[str, float]:
-    """One RL update: recompute old log-probs, then `optimizer_steps` steps on equal mini-batches.
+    """One RL update: recompute old log-probs, then `epochs` passes of `optimizer_steps` steps on
+    equal mini-batches (epochs × optimizer_steps steps in all).
 
     The loss is `ppo_clip_k3_loss` with the old log-probs as both π_old and the KL reference.
     In a `group` of processes (distributed.py) every process takes its share of each mini-batch
@@ -447,7 +461,7 @@ def ppo_update(
 
     Returns:
         Means over optimizer steps of loss, policy_loss, kl, clip_fraction, ratio_mean and
-        grad_norm, plus samples (count).
+        grad_norm, plus samples (count) and optimizer_steps (taken).
     """
     if not samples:
         raise ValueError("ppo_update needs at least one sample; skip the update when none is kept")
@@ -481,7 +495,8 @@ def ppo_update(
     params = [p for p in model.parameters() if p.requires_grad]
     totals: dict[str, float] = {}
     grad_norms = 0.0
-    for micros, old_logps in zip(plan, old, strict=True):
+    taken = steps * epochs
+    for micros, old_logps in [pair for _ in range(epochs) for pair in zip(plan, old, strict=True)]:
         optimizer.zero_grad(set_to_none=True)
         for k, ((idx, weight), old_logp) in enumerate(zip(micros, old_logps, strict=True)):
             with group.accumulating(model, sync=k == len(micros) - 1):
@@ -494,23 +509,46 @@ def ppo_update(
                 (loss * weight * group.world_size).backward()
             metrics["loss"] = loss.item()
             for key, value in metrics.items():
-                totals[key] = totals.get(key, 0.0) + value * weight / steps
+                totals[key] = totals.get(key, 0.0) + value * weight / taken
         grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
         optimizer.step()
         full = grad_norm.full_tensor() if isinstance(grad_norm, DTensor) else grad_norm
-        grad_norms += float(full) / steps
+        grad_norms += float(full) / taken
         if on_step is not None:
             on_step(1)
     totals = group.all_sum(totals)
     totals["grad_norm"] = grad_norms
     totals["samples"] = float(len(samples))
+    totals["optimizer_steps"] = float(taken)
     return totals
 
 
 def make_optimizer(
-    model: PreTrainedModel, lr: float, weight_decay: float = 0.0
+    model: PreTrainedModel,
+    lr: float,
+    weight_decay: float = 0.0,
+    resume_from: str | Path | None = None,
 ) -> torch.optim.AdamW:
-    """AdamW over the trainable parameters (reference: lr 1e-6 for 7B models, weight decay 0)."""
-    return torch.optim.AdamW(
-        [p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay
-    )
+    """AdamW over the trainable parameters (reference: lr 1e-6 for 7B models, weight decay 0).
+
+    With `resume_from`, a checkpoint directory holding `optimizer.pt` (written by
+    `save_checkpoint`), the moments and step counts saved there are restored; `lr` and
+    `weight_decay` stay the ones given here, so the config governs a resumed run. A checkpoint
+    without that file (a warm start, a base model) gives a fresh optimizer.
+    """
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    state_file = None if resume_from is None else Path(resume_from) / OPTIMIZER_STATE
+    if state_file is not None and state_file.is_file():
+        state = torch.load(state_file, map_location="cpu", weights_only=True)
+        saved = [len(g["params"]) for g in state["param_groups"]]
+        if saved != [len(params)]:
+            raise ValueError(
+                f"{state_file} holds optimizer state for {saved} parameters, but the model has "
+                f"{len(params)} trainable ones (a different model or LoRA rank?); delete that "
+                "file to start a fresh optimizer, or set update.keep_optimizer: false"
+            )
+        optimizer.load_state_dict(state)
+        for group in optimizer.param_groups:
+            group["lr"], group["weight_decay"] = lr, weight_decay
+    return optimizer

@@ -103,6 +103,8 @@ def ensure_tiny_model(seed: int = 0, hidden_size: int = 64, num_layers: int = 2)
 
 WARM_KINDS = ("policy", "judge", "envmodel")
 WARM_EPOCHS = {"policy": 4, "judge": 4, "envmodel": 12}
+# Bumped when a kind's warm-start data change, so that a cache built from older data is not used.
+WARM_DATA_VERSION = {"policy": 1, "judge": 2, "envmodel": 1}
 
 
 def warm_start_demos(kind: str, seed: int) -> list[Demo]:
@@ -113,8 +115,8 @@ def warm_start_demos(kind: str, seed: int) -> list[Demo]:
             specs, noise=0.3, history_steps=2, seed=seed, explain=False
         )
     if kind == "judge":
-        return demos.judge_demonstrations(
-            specs, noise=0.5, label_noise=0.2, history_steps=2, seed=seed
+        return demos.judge_demonstrations(  # judging tiny-policy's answers: boxes alone
+            specs, noise=0.5, label_noise=0.2, history_steps=2, seed=seed, explain=False
         )
     if kind == "envmodel":
         return demos.rewrite_demonstrations(
@@ -128,7 +130,8 @@ def ensure_warm_tiny_model(kind: str, seed: int = 0) -> Path:
     on expert-made pairs, built once into the cache."""
     from rlanything_core.training import sft_finetune, tokenize_demos
 
-    target = cache_root() / f"tiny-{kind}-seed{seed}"
+    version = WARM_DATA_VERSION[kind]
+    target = cache_root() / f"tiny-{kind}{'' if version == 1 else f'-v{version}'}-seed{seed}"
     if not (target / "model.safetensors").is_file():
         demos = warm_start_demos(kind, seed)
         sft_finetune(

@@ -122,14 +122,17 @@ def rl_update(
         source, device, dtype, update.lora_rank, update.lora_alpha, seed, "update"
     )
     samples = build_samples(tokenizer.eos_token_id)
-    if not samples:
+    keep = update.keep_optimizer and update.distributed.strategy != "fsdp"
+    if not samples:  # the optimizer's state goes on unchanged to the next round
         if group.is_main:
-            save_checkpoint(model, tokenizer, out_dir)
+            optimizer = _optimizer(model, update, source, keep)
+            save_checkpoint(model, tokenizer, out_dir, optimizer if keep else None)
         return {"samples": 0.0, "skipped": 1.0}
     trained = group.wrap(model)
+    optimizer = _optimizer(trained, update, source, keep)
     metrics = ppo_update(
         trained,
-        make_optimizer(trained, lr=update.lr, weight_decay=update.weight_decay),
+        optimizer,
         samples,
         pad_id=tokenizer.pad_token_id,
         temperature=temperature,
@@ -138,6 +141,7 @@ def rl_update(
         optimizer_steps=update.optimizer_steps,
         micro_batch_size=update.micro_batch_size,
         max_grad_norm=update.max_grad_norm,
+        epochs=update.epochs,
         group=group,
         on_step=on_step,
     )
@@ -149,8 +153,14 @@ def rl_update(
         )
         model.load_state_dict(gathered)
     if group.is_main:
-        save_checkpoint(model, tokenizer, out_dir)
+        save_checkpoint(model, tokenizer, out_dir, optimizer if keep else None)
     return metrics
+
+
+def _optimizer(model: Any, update: UpdateConfig, source: str, keep: bool) -> torch.optim.AdamW:
+    """The run's AdamW: restored from `source`'s saved state when `keep` and it has one."""
+    resume = Path(source) if keep and Path(source).is_dir() else None
+    return make_optimizer(model, lr=update.lr, weight_decay=update.weight_decay, resume_from=resume)
 
 
 def _launch(

@@ -323,7 +323,12 @@ def _warm_start_demos(config: RunConfig, role: str, ws: WarmStartConfig) -> list
         )
         if role == "policy":
             return gui_policy_demonstrations(steps, explain=ws.explain)
-        return gui_judge_demonstrations(steps, label_noise=ws.label_noise, seed=config.seed)
+        return gui_judge_demonstrations(
+            steps,
+            label_noise=ws.label_noise,
+            seed=config.seed,
+            explain=config.policy.warm_start.explain,
+        )
     text_specs = [s for s in specs if isinstance(s, TextSpec)]
     if role == "policy":
         return policy_demonstrations(
@@ -333,13 +338,14 @@ def _warm_start_demos(config: RunConfig, role: str, ws: WarmStartConfig) -> list
             seed=config.seed,
             explain=ws.explain,
         )
-    if role == "reward_model":
+    if role == "reward_model":  # judging the policy's answers in its warm-started format
         return judge_demonstrations(
             text_specs,
             noise=ws.noise,
             label_noise=ws.label_noise,
             history_steps=env.history_steps,
             seed=config.seed,
+            explain=config.policy.warm_start.explain,
         )
     return rewrite_demonstrations(text_specs, seed=config.seed)
 
@@ -487,7 +493,8 @@ def _update(
 ) -> tuple[Outputs, Metrics]:
     source = run.model_before(role, r, model.source)
     out = run.checkpoint(role, r)
-    with progress(f"round {r} {role} update", total=update.optimizer_steps) as advance:
+    steps = update.optimizer_steps * update.epochs
+    with progress(f"round {r} {role} update", total=steps) as advance:
         m = rl_update(
             source,
             out,

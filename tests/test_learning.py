@@ -1,0 +1,234 @@
+"""Does an update move the policy the right way? The direction of one update, toy learning with
+outcome-only GRPO, the optimizer kept across rounds, and the reward model warm-started on the
+responses it judges at run time."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlanything_core.config import UpdateConfig
+from rlanything_core.demos import judge_demonstrations, policy_answer
+from rlanything_core.envs import household
+from rlanything_core.envs.specs import text_episode
+from rlanything_core.feedback import task_level_advantages
+from rlanything_core.judging import judge_prompts
+from rlanything_core.models import (
+    OPTIMIZER_STATE,
+    Generation,
+    TrainSample,
+    encode_chat,
+    generate,
+    load_model,
+    make_optimizer,
+    ppo_update,
+    response_logprobs,
+    save_checkpoint,
+    with_eos,
+)
+from rlanything_core.parsing import parse_action_index
+from rlanything_core.prompts import Messages, policy_messages
+from rlanything_core.rollout import Sampling, TaskRef, play
+from rlanything_core.training import rl_update, sft_update
+
+ACTIONS = ["go to desk 1", "open drawer 2", "take mug 1 from shelf 3", "look"]
+GOAL, TARGET = "take the mug", 2  # the toy task: one goal, one right action among four
+
+
+def _toy_prompt(goal: str) -> Messages:
+    return policy_messages(goal, [], "You are in the study.", ACTIONS)
+
+
+def _logp(model: torch.nn.Module, tok: object, prompt: list[int], response: list[int]) -> float:
+    with torch.no_grad():
+        logp, mask = response_logprobs(
+            model,  # type: ignore[arg-type]
+            [prompt],
+            [response],
+            temperature=1.0,
+            pad_id=tok.pad_token_id,  # type: ignore[attr-defined]
+        )
+    return float((logp * mask).sum())
+
+
+@pytest.mark.parametrize("advantage", [1.0, -1.0])
+def test_one_update_moves_log_pi_of_its_response_with_the_advantage_sign(
+    tmp_path: Path, advantage: float
+) -> None:
+    """Through rl_update (load, select, PPO-clip step, save): a positive advantage raises
+    log π(response | prompt), a negative one lowers it."""
+    model, tok = load_model("tiny", device="cpu")
+    start = save_checkpoint(model, tok, tmp_path / "start")
+    prompt = encode_chat(tok, _toy_prompt("take the mug"))
+    response = with_eos(tok("\\boxed{3}", add_special_tokens=False)["input_ids"], tok.eos_token_id)
+    before = _logp(model, tok, prompt, response)
+    update = UpdateConfig(lr=1e-3, optimizer_steps=1, micro_batch_size=1)
+    rl_update(
+        str(start),
+        tmp_path / "after",
+        lambda _eos: [TrainSample(prompt, response, advantage)],
+        update,
+        device="cpu",
+        dtype="float32",
+        temperature=1.0,
+        seed=0,
+    )
+    after_model, _ = load_model(str(tmp_path / "after"), device="cpu")
+    change = _logp(after_model, tok, prompt, response) - before
+    assert change * advantage > 1e-3, change
+
+
+def _success(model: torch.nn.Module, tok: object) -> float:
+    """The probability that the policy answers the toy task right, exactly: π(right box | goal)."""
+    eos = tok.eos_token_id  # type: ignore[attr-defined]
+    answer = tok(policy_answer(ACTIONS, TARGET, False), add_special_tokens=False)["input_ids"]  # type: ignore[operator]
+    prompt = encode_chat(tok, _toy_prompt(GOAL))
+    return math.exp(_logp(model, tok, prompt, with_eos(answer, eos)))
+
+
+def _grpo_round(
+    model: torch.nn.Module, tok: object, optimizer: torch.optim.Optimizer, seed: int
+) -> None:
+    """Outcome-only GRPO: 16 sampled answers, reward 1 for the right action and 0 otherwise,
+    advantages standardized over the group, one PPO-clip update (2 mini-batches, 4 epochs)."""
+    prompts = [_toy_prompt(GOAL)] * 16
+    out = generate(
+        model,  # type: ignore[arg-type]
+        tok,  # type: ignore[arg-type]
+        prompts,
+        [seed * 1000 + i for i in range(len(prompts))],
+        max_new_tokens=10,
+        temperature=1.0,
+    )
+    rewards = [float(parse_action_index(g.text, len(ACTIONS)) == TARGET) for g in out]
+    advantages = task_level_advantages(rewards, [0] * len(rewards))
+    eos = tok.eos_token_id  # type: ignore[attr-defined]
+    samples = [
+        TrainSample(g.prompt_token_ids, with_eos(g.token_ids, eos), float(a))
+        for g, a in zip(out, advantages, strict=True)
+        if a != 0.0
+    ]
+    if samples:
+        ppo_update(
+            model,  # type: ignore[arg-type]
+            optimizer,
+            samples,
+            pad_id=tok.pad_token_id,  # type: ignore[attr-defined]
+            optimizer_steps=2,
+            micro_batch_size=16,
+            epochs=4,
+        )
+
+
+def test_outcome_only_grpo_learns_a_toy_task_in_seconds() -> None:
+    """A tiny model taught the answer format with random actions (the right one about 1 in 10)
+    learns from the outcome alone which action the goal wants: the optimizer kept across
+    rounds, 4 PPO epochs per round, lr 3e-4. Flip the update's sign and it unlearns instead."""
+    torch.manual_seed(0)
+    model, tok = load_model("tiny", device="cpu", trainable=True)
+    gen = torch.Generator().manual_seed(0)
+    prompt = encode_chat(tok, _toy_prompt(GOAL))
+    pairs = []
+    for _ in range(16):  # the format only: the boxed number is drawn at random
+        k = int(torch.randint(len(ACTIONS), (1,), generator=gen))
+        answer = tok(policy_answer(ACTIONS, k, False), add_special_tokens=False)["input_ids"]
+        pairs.append((prompt, [*answer, tok.eos_token_id]))
+    sft_update(
+        model, make_optimizer(model, lr=3e-3), pairs, pad_id=tok.pad_token_id, epochs=40, seed=0
+    )
+    start = _success(model, tok)
+    assert start < 0.15, start
+    optimizer = make_optimizer(model, lr=3e-4)
+    for r in range(12):
+        _grpo_round(model, tok, optimizer, seed=10 + r)
+    end = _success(model, tok)
+    assert end > 0.4 and end > start + 0.25, (start, end)
+
+
+def _one_sample(tok: object) -> Callable[[int], list[TrainSample]]:
+    prompt = encode_chat(tok, _toy_prompt("look around"))
+    response = tok("\\boxed{4}", add_special_tokens=False)["input_ids"]  # type: ignore[operator]
+    return lambda eos: [TrainSample(prompt, with_eos(response, eos), 1.0)]
+
+
+def test_the_optimizer_state_goes_on_from_round_to_round(tmp_path: Path) -> None:
+    """Each RL checkpoint carries the AdamW state; the next update restores it (step counts add
+    up), a round without samples passes it on unchanged, and keep_optimizer: false starts
+    fresh."""
+    model, tok = load_model("tiny", device="cpu")
+    source = save_checkpoint(model, tok, tmp_path / "start")
+    assert not (source / OPTIMIZER_STATE).exists()
+    update = UpdateConfig(lr=1e-3, optimizer_steps=1, epochs=2, micro_batch_size=1)
+    common = {"device": "cpu", "dtype": "float32", "temperature": 1.0, "seed": 0}
+    metrics = rl_update(str(source), tmp_path / "r0", _one_sample(tok), update, **common)
+    assert metrics["optimizer_steps"] == 2.0
+    rl_update(str(tmp_path / "r0"), tmp_path / "r1", lambda _eos: [], update, **common)
+    rl_update(str(tmp_path / "r1"), tmp_path / "r2", _one_sample(tok), update, **common)
+
+    def steps(checkpoint: Path) -> set[float]:
+        state = torch.load(checkpoint / OPTIMIZER_STATE, weights_only=True)["state"]
+        return {float(s["step"]) for s in state.values()}
+
+    assert steps(tmp_path / "r0") == {2.0}
+    assert steps(tmp_path / "r1") == {2.0}  # skipped round: the state passed on unchanged
+    assert steps(tmp_path / "r2") == {4.0}
+    fresh = update.model_copy(update={"keep_optimizer": False})
+    rl_update(str(tmp_path / "r2"), tmp_path / "r3", _one_sample(tok), fresh, **common)
+    assert not (tmp_path / "r3" / OPTIMIZER_STATE).exists()
+
+
+def test_saved_optimizer_state_for_another_model_is_a_clear_error(tmp_path: Path) -> None:
+    model, tok = load_model("tiny", device="cpu", trainable=True)
+    save_checkpoint(model, tok, tmp_path / "full", make_optimizer(model, lr=1e-3))
+    lora, _ = load_model("tiny", device="cpu", trainable=True, lora_rank=4)
+    with pytest.raises(ValueError, match="keep_optimizer: false"):
+        make_optimizer(lora, lr=1e-3, resume_from=tmp_path / "full")
+
+
+class _Expert:
+    """An engine that answers every prompt with the expert's action of a reference episode."""
+
+    def __init__(self, spec: household.HouseholdSpec) -> None:
+        self.episode = text_episode(spec)
+
+    def generate(
+        self, prompts: Sequence[Messages], seeds: Sequence[int], **_: object
+    ) -> list[Generation]:
+        assert len(prompts) == 1
+        actions = self.episode.actions
+        k = actions.index(self.episode.expert_action())
+        self.episode.step(k)
+        return [Generation(policy_answer(actions, k, False), [1], [2], [0.0], "stop")]
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return ""
+
+
+@pytest.mark.parametrize("history_steps", [0, 2])
+def test_the_reward_model_warm_start_shows_the_prompts_it_judges_at_run_time(
+    history_steps: int,
+) -> None:
+    """Judge warm-start prompts equal the prompts reward scoring builds from a rollout of the
+    same steps, the policy answering in its warm-started format (a bare box)."""
+    import pandas as pd
+
+    spec = household.generate_specs("id", 1, seed=4)[0]
+    demos = judge_demonstrations(
+        [spec], noise=0.0, label_noise=0.0, history_steps=history_steps, seed=0, explain=False
+    )
+    rows = play(
+        _Expert(spec),  # type: ignore[arg-type]
+        [TaskRef("demo-000", 1, spec)],
+        rollouts_per_task=1,
+        round_idx=0,
+        base_seed=0,
+        checkpoint="expert",
+        sampling=Sampling(1.0, 8, 1, history_steps),
+    )
+    at_run_time = judge_prompts(pd.DataFrame(rows), history_steps)
+    assert len(demos) == len(at_run_time) > 1
+    assert [list(d.prompt) for d in demos] == [list(p) for p in at_run_time]
