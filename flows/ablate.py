@@ -7,6 +7,16 @@ is a full training run per seed, evaluated with `rlanything-eval` on the same he
 once (in `<out>/warm_start`, with the config's seed) and every row and seed starts from those
 checkpoints, so rows differ only in what they train. Outcome-only trains no reward model, so its
 RM columns stay empty. Resumable: a (row, seed) whose eval.json exists is not rerun.
+
+The RM columns are balanced accuracies (the mean of the recalls on both classes), beside the
+accuracy of always predicting the majority outcome: a plain accuracy rewards a constant verdict
+with the base rate. Each cell is the mean ± std over seeds and the 95 % interval of the pooled
+estimate: every seed's held-out episodes (steps, for the RM process column) together, clustered
+by (task, seed). The held-out tasks are the same for every seed, but each seed's episodes of a
+task form a cluster of their own: pooling them per task would call the seeds' trained models
+one model (`rlanything_core.stats`). So the interval is about these tasks' episodes under the
+row's training, seeds included as replications, not about other task sets. "Before" evaluates
+the same models with the same seeds for every seed: its interval is that of one seed's episodes.
 """
 
 from __future__ import annotations
@@ -19,9 +29,10 @@ import numpy as np
 import pandas as pd
 from prefect import flow
 
-from flows.evaluate import SPLITS, policy_metrics, rlanything_eval
+from flows.evaluate import SPLITS, policy_metrics, reward_model_metrics, rlanything_eval
 from flows.tracking import plot_rows
 from flows.train import rlanything_train
+from rlanything_core.atomic import atomic_path
 from rlanything_core.config import Mode, RunConfig
 from rlanything_core.rundir import WARM_START, RunDir, write_json
 from rlanything_core.schemas import read_dataset
@@ -44,19 +55,25 @@ SLUGS = {
 COLUMNS = (
     ("eval/id/policy_accuracy", "Policy ID"),
     ("eval/ood/policy_accuracy", "Policy OOD"),
-    ("eval/id/rm_process_accuracy", "RM process"),
-    ("eval/id/rm_outcome_accuracy", "RM outcome"),
+    ("eval/id/rm_process_balanced_accuracy", "RM process (balanced)"),
+    ("eval/id/rm_outcome_balanced_accuracy", "RM outcome (balanced)"),
+    ("eval/id/rm_outcome_majority_baseline", "RM outcome majority baseline"),
     ("accepted_tasks", "Accepted tasks"),
 )
+CI_SUFFIXES = ("_ci_low", "_ci_high")
+# One cell's eval datasets per split: (rollouts, judgments or None).
+Datasets = dict[str, tuple[pd.DataFrame, pd.DataFrame | None]]
 
 
 @flow(name="rlanything-ablate")
 def rlanything_ablate(config: RunConfig, seeds: int, out_dir: str) -> dict[str, Any]:
     """Train and evaluate every row for seeds 0..seeds−1 (config.seed + k); write
-    ablation.json, ablation.md and per-round plots to `out_dir`."""
+    ablation.json (per row: [mean, std] over seeds, the pooled [value, low, high] of every
+    accuracy, and the per-seed values), ablation.md and per-round plots to `out_dir`."""
     out = Path(out_dir).resolve()
     config = warm_started(config, RunDir(out / "warm_start"))
     results: dict[str, list[dict[str, float]]] = {}
+    datasets: dict[str, dict[int, Datasets]] = {}
     curves: dict[str, list[list[dict[str, float]]]] = {}
     for name, mode in ROWS:
         for k in range(seeds):
@@ -77,9 +94,12 @@ def rlanything_ablate(config: RunConfig, seeds: int, out_dir: str) -> dict[str, 
                     out_dir=str(cell / "eval"),
                 )
             metrics = json.loads((cell / "eval" / "eval.json").read_text())
-            for split in SPLITS:  # pass@k from the eval's rollouts (also for older eval.json)
-                rollouts = read_dataset(cell / "eval" / f"{split}_rollouts.parquet", "rollouts")
-                metrics |= policy_metrics(split, rollouts)
+            found = _eval_datasets(row_config, cell / "eval")
+            # recomputed from the eval's datasets: pass@k, intervals and balanced accuracies
+            # also for an eval.json written before they existed
+            metrics |= _metrics(found, config.reward_model.votes)
+            if mode is not None or k == 0:  # Before: every seed evaluates the same models
+                datasets.setdefault(name, {})[seed] = found  # with the same seeds: one copy
             rounds = _rounds(run)
             accepted = 0.0 if mode != "env" else float(rounds[-1]["env/accepted_tasks_total"])
             results.setdefault(name, []).append(
@@ -89,9 +109,13 @@ def rlanything_ablate(config: RunConfig, seeds: int, out_dir: str) -> dict[str, 
             if mode is not None:
                 curves.setdefault(name, []).append(rounds)
     summary = _summarize(results)
+    pooled = {
+        name: _pooled(by_seed, config.reward_model.votes) for name, by_seed in datasets.items()
+    }
     write_json(out / "ablation.json", {"seeds": seeds, "rounds": config.rounds, "rows": summary,
-                                       "per_seed": results})  # fmt: skip
-    (out / "ablation.md").write_text(_markdown(summary, seeds, config.rounds))
+                                       "pooled": pooled, "per_seed": results})  # fmt: skip
+    with atomic_path(out / "ablation.md") as tmp:
+        tmp.write_text(_markdown(summary, pooled, seeds, config.rounds))
     plot_rows(curves, out)
     return summary
 
@@ -125,36 +149,100 @@ def _rounds(run: RunDir) -> list[dict[str, float]]:
     return rounds
 
 
+def _eval_datasets(config: RunConfig, eval_dir: Path) -> Datasets:
+    """Each split's eval rollouts, and the judging RM's judgments where there are (none for
+    Outcome-only, nor for a unit-test-writing RM, whose judgments are test verdicts)."""
+    found: Datasets = {}
+    for split in SPLITS:
+        rollouts = read_dataset(eval_dir / f"{split}_rollouts.parquet", "rollouts")
+        path = eval_dir / f"{split}_judgments.parquet"
+        judged = path.is_file() and not config.writes_unit_tests
+        found[split] = (rollouts, read_dataset(path, "judgments") if judged else None)
+    return found
+
+
+def _metrics(found: Datasets, votes: int) -> dict[str, float]:
+    """`policy_metrics` and, where judged, `reward_model_metrics` of every split."""
+    metrics: dict[str, float] = {}
+    for split, (rollouts, judgments) in found.items():
+        metrics |= policy_metrics(split, rollouts)
+        if judgments is not None:
+            metrics |= reward_model_metrics(split, rollouts, judgments, votes)
+    return metrics
+
+
+def _pooled(by_seed: dict[int, Datasets], votes: int) -> dict[str, list[float]]:
+    """Every accuracy with an interval, on all seeds' eval datasets together: [value, low,
+    high]. A task's episodes of each seed form a cluster of their own (the task id is prefixed
+    with the seed); the RM metrics only when every seed's RM was judged."""
+    found: Datasets = {}
+    for split in SPLITS:
+        cells = [(seed, *cell[split]) for seed, cell in by_seed.items()]
+        rollouts = pd.concat([_per_seed(r, seed) for seed, r, _ in cells], ignore_index=True)
+        judged = all(j is not None for _, _, j in cells)
+        judgments = (
+            pd.concat([_per_seed(j, seed) for seed, _, j in cells if j is not None])
+            if judged
+            else None
+        )
+        found[split] = (rollouts, judgments)
+    metrics = _metrics(found, votes)
+    return {
+        key: [value, metrics[f"{key}_ci_low"], metrics[f"{key}_ci_high"]]
+        for key, value in metrics.items()
+        if f"{key}_ci_low" in metrics
+    }
+
+
+def _per_seed(frame: pd.DataFrame, seed: int) -> pd.DataFrame:
+    return frame.assign(task_id=f"seed_{seed}/" + frame["task_id"])
+
+
 def _summarize(results: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, list[float]]]:
-    """Per row and column: [mean, population std] over seeds."""
+    """Per row and metric: [mean, population std] over seeds (nan when a seed's value is
+    undefined); a per-seed interval's bounds are left out (the pooled interval replaces them)."""
     summary: dict[str, dict[str, list[float]]] = {}
     for name, cells in results.items():
         frame = pd.DataFrame(cells)
         summary[name] = {
-            key: [float(frame[key].mean()), float(np.std(frame[key].to_numpy()))]
+            key: [float(frame[key].to_numpy().mean()), float(np.std(frame[key].to_numpy()))]
             for key in frame.columns
-            if frame[key].notna().all()
+            if not key.endswith(CI_SUFFIXES)
         }
     return summary
 
 
-def _markdown(summary: dict[str, dict[str, list[float]]], seeds: int, rounds: int) -> str:
-    """Table 1's columns, then pass@k on the same held-out sets; mean ± std, in %."""
+def _markdown(
+    summary: dict[str, dict[str, list[float]]],
+    pooled: dict[str, dict[str, list[float]]],
+    seeds: int,
+    rounds: int,
+) -> str:
+    """Table 1's columns, then pass@k on the same held-out sets, in %."""
     ks = sorted(
         {int(key.rsplit("_", 1)[1]) for row in summary.values() for key in row if "pass_at_" in key}
     )
     passes = [
         (f"eval/{split}/pass_at_{k}", f"{split.upper()} pass@{k}") for split in SPLITS for k in ks
     ]
-    lines = [f"Mean ± std over {seeds} seed(s), {rounds} round(s) per run; accuracies in %.", ""]
-    lines += _table(summary, COLUMNS)
+    spread = "Mean ± std over" if seeds > 1 else "Value of"
+    lines = [
+        f"{spread} {seeds} seed(s), {rounds} round(s) per run; accuracies in %; [low, high]: "
+        "95 % interval of all seeds' held-out episodes pooled, clustered by (task, seed) "
+        "(n/a: a single cluster). RM columns: balanced accuracy (mean recall of both classes).",
+        "",
+    ]
+    lines += _table(summary, pooled, seeds, COLUMNS)
     lines += ["", "pass@k on the same held-out sets, in %:", ""]
-    lines += _table(summary, tuple(passes))
+    lines += _table(summary, pooled, seeds, tuple(passes))
     return "\n".join(lines) + "\n"
 
 
 def _table(
-    summary: dict[str, dict[str, list[float]]], columns: tuple[tuple[str, str], ...]
+    summary: dict[str, dict[str, list[float]]],
+    pooled: dict[str, dict[str, list[float]]],
+    seeds: int,
+    columns: tuple[tuple[str, str], ...],
 ) -> list[str]:
     lines = [
         "| Row | " + " | ".join(label for _, label in columns) + " |",
@@ -166,8 +254,17 @@ def _table(
             if key not in summary[name]:
                 cells.append("–")
                 continue
-            mean, std = summary[name][key]
             scale = 1.0 if key == "accepted_tasks" else 100.0
-            cells.append(f"{mean * scale:.1f} ± {std * scale:.1f}")
+            mean, std = summary[name][key]
+            cell = _scaled(mean, scale) + (f" ± {_scaled(std, scale)}" if seeds > 1 else "")
+            if key in pooled[name]:
+                _, low, high = pooled[name][key]
+                interval = "n/a" if np.isnan(low) else f"{low * 100:.1f}, {high * 100:.1f}"
+                cell += f" [{interval}]"
+            cells.append(cell)
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
+
+
+def _scaled(value: float, scale: float) -> str:
+    return "n/a" if np.isnan(value) else f"{value * scale:.1f}"

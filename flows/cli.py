@@ -43,6 +43,28 @@ TABLE_COLUMNS = (
 )
 
 
+CI_SUFFIXES = ("_ci_low", "_ci_high")
+
+
+def _number(value: float, spec: str) -> str:
+    """`value` formatted, or "n/a" when undefined (nan)."""
+    return "n/a" if math.isnan(value) else format(value, spec)
+
+
+def _interval(metrics: dict[str, Any], key: str, spec: str) -> str:
+    """`key`'s 95 % interval as "[low, high]"; "[n/a]" when undefined (a single task)."""
+    low, high = metrics[f"{key}_ci_low"], metrics[f"{key}_ci_high"]
+    if math.isnan(low):
+        return "[n/a]"
+    return f"[{format(low, spec)}, {format(high, spec)}]"
+
+
+def _with_interval(row: dict[str, Any], key: str) -> str:
+    """`key`'s value, with its interval where it has one: "0.25 [0.10, 0.40]"."""
+    text = _number(row[key], ".3g")
+    return f"{text} {_interval(row, key, '.2f')}" if f"{key}_ci_low" in row else text
+
+
 def _prefect_defaults() -> None:
     """Make Prefect's ephemeral local server patient and quiet unless the user says otherwise."""
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
@@ -117,8 +139,11 @@ def _eval(args: argparse.Namespace) -> int:
     table = Table(title=f"rlanything eval: {args.policy}")
     table.add_column("metric")
     table.add_column("value", justify="right")
+    table.add_column("95 % interval (clustered by task)", justify="right")
     for key, value in sorted(metrics.items()):
-        table.add_row(key, f"{value:.3f}")
+        if not key.endswith(CI_SUFFIXES):
+            interval = _interval(metrics, key, ".3f") if f"{key}_ci_low" in metrics else ""
+            table.add_row(key, _number(value, ".3f"), interval)
     console.print(table)
     console.print(f"written to {Path(args.out) / 'eval.json'}")
     return 0
@@ -154,14 +179,21 @@ def _rloop(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     summary = rlanything_rloop(config=config, run_dir=run_dir)
     table = Table(title=f"rlanything rloop: {summary['run_dir']}")
-    keys = sorted({k for cycle in summary["cycles"] for k in cycle if k.startswith("rloop/")})
+    keys = sorted(
+        {
+            k
+            for cycle in summary["cycles"]
+            for k in cycle
+            if k.startswith("rloop/") and not k.endswith(CI_SUFFIXES)
+        }
+    )
     table.add_column("cycle", justify="right")
     table.add_column("train accuracy per round")
     for key in keys:
         table.add_column(key.removeprefix("rloop/"), justify="right")
     for cycle in summary["cycles"]:
         accuracy = " ".join(f"{a:.2f}" for a in cycle["train_accuracy"])
-        cells = [f"{cycle[k]:.3g}" if k in cycle else "–" for k in keys]
+        cells = [_with_interval(cycle, k) if k in cycle else "–" for k in keys]
         table.add_row(str(cycle["cycle"]), accuracy, *cells)
     console.print(table)
     console.print(

@@ -3,26 +3,31 @@
 In-domain and out-of-domain sets are generated with `evaluation.seed`, so every checkpoint of
 every run is measured on the same tasks. Writes `<split>_rollouts.parquet`,
 `<split>_judgments.parquet` and `eval.json` to the output directory, and the metrics to MLflow.
-With a unit-test-writing reward model (coding) it also writes `<split>_unit_tests.parquet` and
-measures UT accuracy and Detect instead of process and outcome accuracy.
+Every accuracy comes with its 95 % interval (`<metric>_ci_low`, `<metric>_ci_high`), clustered
+by task: episodes, and steps, of one task are correlated (`rlanything_core.stats`). With a
+unit-test-writing reward model (coding) it also writes `<split>_unit_tests.parquet` and measures
+UT accuracy and Detect instead of process and outcome accuracy.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from prefect import flow
 
 from flows.tracking import log_evaluation
 from rlanything_core.config import RunConfig
 from rlanything_core.engines import open_engine
-from rlanything_core.rloop import episodes, pass_at_k
+from rlanything_core.rloop import episodes, pass_at_k_per_task
 from rlanything_core.rollout import TaskRef
 from rlanything_core.rundir import write_json
 from rlanything_core.schemas import read_dataset, rows_frame, write_dataset
 from rlanything_core.seeding import derive_seed
-from rlanything_core.signals import outcome_accuracy, process_accuracy, test_samples
+from rlanything_core.signals import judge_metrics, task_key, test_samples
+from rlanything_core.stats import accuracy, as_metrics, ratio
 from tasks.stages import judge_steps, play_tasks, unit_test_votes
 
 SPLITS = ("id", "ood")
@@ -35,10 +40,12 @@ def rlanything_eval(
     reward_model: str | None = None,
     out_dir: str = "runs/eval",
     parent_run_id: str | None = None,
+    splits: Sequence[str] = SPLITS,
 ) -> dict[str, float]:
-    """Policy accuracy and pass@k per split; with a reward model also its process and outcome
-    accuracy and parse-failure rate on the same steps. The MLflow run is nested under
-    `parent_run_id` when given."""
+    """Policy accuracy and pass@k per split (`policy_metrics`); with a reward model also its
+    process and outcome accuracies and parse-failure rate on the same steps
+    (`reward_model_metrics`). The MLflow run is nested under `parent_run_id` when given.
+    `splits` narrows the held-out sets (the learning curve's `evaluation.curve_splits`)."""
     out = Path(out_dir)
     ev, env = config.evaluation, config.environment
     policy_engine = open_engine(
@@ -55,7 +62,7 @@ def rlanything_eval(
         )
     )
     metrics: dict[str, float] = {}
-    for split in SPLITS:
+    for split in splits:
         specs = env.generate(split, ev.num_tasks, derive_seed(ev.seed, split) % 2**31)
         tasks = [TaskRef(f"eval-{split}-{i:03d}", 1, s) for i, s in enumerate(specs)]
         rows = play_tasks(
@@ -113,12 +120,7 @@ def rlanything_eval(
                 rows_frame(votes, "judgments"), out / f"{split}_judgments.parquet", "judgments"
             )
             judgments = read_dataset(path, "judgments")
-            m = config.reward_model.votes
-            metrics[f"eval/{split}/rm_process_accuracy"] = process_accuracy(rollouts, judgments, m)
-            metrics[f"eval/{split}/rm_outcome_accuracy"] = outcome_accuracy(rollouts, judgments, m)
-            metrics[f"eval/{split}/rm_parse_failure_rate"] = float(
-                judgments["verdict"].isna().mean()
-            )
+            metrics |= reward_model_metrics(split, rollouts, judgments, config.reward_model.votes)
     write_json(out / "eval.json", {"policy": policy, "reward_model": reward_model, **metrics})
     log_evaluation(
         config,
@@ -132,12 +134,31 @@ def rlanything_eval(
 
 
 def policy_metrics(split: str, rollouts: pd.DataFrame) -> dict[str, float]:
-    """Accuracy (episodes that succeed), pass@k for k = 1 … episodes per task, and the share of
-    invalid actions, on one split's rollouts."""
+    """On one split's rollouts: accuracy (episodes that succeed) and pass@k for k = 1 … episodes
+    per task, each with its 95 % interval clustered by task; the share of invalid actions; and
+    the episodes and tasks played."""
     played = episodes(rollouts)
+    tasks = task_key(played)
+    prefix = f"eval/{split}"
+    metrics = as_metrics(f"{prefix}/policy_accuracy", accuracy(played["outcome"] > 0, tasks))
+    metrics[f"{prefix}/invalid_actions"] = float((~rollouts["action_valid"]).mean())
+    per_task = pass_at_k_per_task(rollouts)  # (tasks, k): one cluster per row
+    for k, values in per_task.items():
+        estimate = ratio(values, np.ones(len(values)), np.arange(len(values)))
+        metrics |= as_metrics(f"{prefix}/pass_at_{k}", estimate)
+    metrics[f"{prefix}/episodes"] = float(len(played))
+    metrics[f"{prefix}/tasks"] = float(tasks.nunique())
+    return metrics
+
+
+def reward_model_metrics(
+    split: str, rollouts: pd.DataFrame, judgments: pd.DataFrame, votes: int
+) -> dict[str, float]:
+    """A judging reward model on one split's steps: `signals.judge_metrics` as
+    `eval/<split>/rm_<name>` (its steps as `rm_steps`), and the share of unparsed votes."""
     metrics = {
-        f"eval/{split}/policy_accuracy": float((played["outcome"] > 0).mean()),
-        f"eval/{split}/invalid_actions": float((~rollouts["action_valid"]).mean()),
+        f"eval/{split}/rm_{name}": value
+        for name, value in judge_metrics(rollouts, judgments, votes).items()
     }
-    metrics |= {f"eval/{split}/pass_at_{k}": v for k, v in pass_at_k(rollouts).items()}
+    metrics[f"eval/{split}/rm_parse_failure_rate"] = float(judgments["verdict"].isna().mean())
     return metrics

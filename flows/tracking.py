@@ -3,7 +3,9 @@
 One parent run per training run (tagged with the Prefect flow-run id), one nested run per round.
 Parameters are logged once; metrics are floats with step = round, on the round's run and on the
 parent (for curves). Each round's task pool and rollouts are logged as dataset inputs with the
-sha256 digest of their Parquet files (lineage); checkpoints as artifacts or as references.
+sha256 digest of their Parquet files (lineage); checkpoints as artifacts or as references. The
+learning curve's held-out metrics (`evaluation.every`) go to the parent with step = rounds
+completed.
 """
 
 from __future__ import annotations
@@ -23,10 +25,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import mlflow
 import pandas as pd
+from matplotlib.ticker import MaxNLocator
 from mlflow.entities import Metric, Param, RunStatus
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 
+from rlanything_core.atomic import atomic_path
 from rlanything_core.config import RunConfig
 from rlanything_core.rundir import ROLES, RunDir
 from rlanything_core.schemas import read_dataset
@@ -226,6 +230,49 @@ class Tracker:
             self.client.log_artifact(self.parent_id, str(path), "plots")
             out.append(path)
         return out
+
+    def log_eval(self, step: int, metrics: dict[str, float]) -> None:
+        """Held-out metrics of the models after `step` rounds on the parent run, step = rounds
+        completed. Idempotent: a batch whose first metric has a point at `step` is not logged
+        again (a resume after a crash between logging and summary.json)."""
+        stamp = int(pd.Timestamp.now().timestamp() * 1000)
+        points = [Metric(k, float(v), stamp, step) for k, v in sorted(metrics.items())]
+        for start in range(0, len(points), 500):
+            batch = points[start : start + 500]
+            logged = self.client.get_metric_history(self.parent_id, batch[0].key)
+            if not any(m.step == step for m in logged):
+                self.client.log_batch(self.parent_id, metrics=batch)
+
+    def log_learning_curve(self, curve: list[dict[str, float]]) -> Path:
+        """PNG of held-out policy accuracy (in-domain and OOD) per rounds completed, with the 95 %
+        intervals as bands, saved as plots/learning_curve.png and logged to the parent run."""
+        frame = pd.DataFrame(curve).sort_values("step")
+        fig, ax = plt.subplots(figsize=(5, 3.2))
+        for split, label in (("id", "in-domain"), ("ood", "out-of-domain")):
+            key = f"eval/{split}/policy_accuracy"
+            if key not in frame:
+                continue
+            (line,) = ax.plot(frame["step"], frame[key], marker="o", label=label)
+            ax.fill_between(
+                frame["step"],
+                frame[f"{key}_ci_low"],
+                frame[f"{key}_ci_high"],
+                color=line.get_color(),
+                alpha=0.2,
+            )
+        ax.set_xlabel("rounds completed")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_title("Held-out policy accuracy (95 % interval)")
+        ax.legend()
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        path = self.run.root / "plots" / "learning_curve.png"
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format="png", dpi=100)
+        plt.close(fig)
+        self.client.log_artifact(self.parent_id, str(path), "plots")
+        return path
 
     def log_cycle(
         self, cycle: int, metrics: dict[str, float], expert_set: Path, refined: Path, rloop_id: str

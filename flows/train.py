@@ -1,7 +1,12 @@
 """`rlanything-train`: a training run of N rounds, each the `rlanything-round` subflow.
 
-Resumable: finished rounds (listed in summary.json) and finished stages (their markers) are not
-redone; MLflow logging of a round is idempotent.
+With `evaluation.every` = k it also draws a learning curve: `rlanything-eval` of the starting
+models (step 0), of the checkpoints after every k-th round and after the last one (step = rounds
+completed), in RUN_DIR/eval/step_NNN/.
+
+Resumable: finished rounds (listed in summary.json), finished stages (their markers) and finished
+evaluations (their eval.json) are not redone; MLflow logging of a round or an evaluation is
+idempotent.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 
+from flows.evaluate import rlanything_eval
 from flows.round import rlanything_round
 from flows.tracking import Tracker
 from rlanything_core.config import RunConfig
@@ -52,6 +58,7 @@ def train_rounds(config: RunConfig, run: RunDir, tracker: Tracker) -> dict[str, 
     summary["mlflow_run_id"] = tracker.parent_id
     summary["mlflow_tracking_uri"] = tracker.uri
     summary.setdefault("prefect_flow_run_ids", []).append(flow_run.get_id())
+    learning_curve(config, run, tracker, summary)
     for r in range(len(summary["rounds"]), config.rounds):
         metrics = rlanything_round(config=config, run_dir=str(run.root), round_idx=r)
         previous = summary["rounds"][-1]["env/accepted_tasks_total"] if summary["rounds"] else 0
@@ -61,4 +68,48 @@ def train_rounds(config: RunConfig, run: RunDir, tracker: Tracker) -> dict[str, 
         summary["accepted_tasks_total"] = metrics["env/accepted_tasks_total"]
         write_json(run.summary_path, summary)
         tracker.log_plots(summary["rounds"])
+        learning_curve(config, run, tracker, summary)
     return summary
+
+
+def eval_steps(every: int | None, rounds: int, completed: int) -> list[int]:
+    """The learning curve's steps (rounds completed) due once `completed` rounds are done: 0,
+    every multiple of `every`, and `rounds` (the last); none when `every` is None."""
+    if every is None:
+        return []
+    return [s for s in range(completed + 1) if s % every == 0 or s == rounds]
+
+
+def learning_curve(
+    config: RunConfig, run: RunDir, tracker: Tracker, summary: dict[str, Any]
+) -> None:
+    """Evaluate each due step of the learning curve (`eval_steps`) that summary["eval"] does not
+    list yet: the policy (and the reward model, in modes that use one) a round `step` would start
+    from, with `rlanything-eval` nested under the run's MLflow run, into eval/step_NNN/ (skipped
+    when its eval.json exists); then log its metrics with step = rounds completed, add it to
+    summary["eval"] and redraw plots/learning_curve.png."""
+    done = {point["step"] for point in summary.get("eval", [])}
+    for step in eval_steps(config.evaluation.every, config.rounds, len(summary["rounds"])):
+        if step in done:
+            continue
+        out = run.root / "eval" / f"step_{step:03d}"
+        if (out / "eval.json").is_file():
+            stored = json.loads((out / "eval.json").read_text())
+            metrics = {k: float(v) for k, v in stored.items() if k.startswith("eval/")}
+        else:
+            metrics = rlanything_eval(
+                config=config,
+                policy=run.model_before("policy", step, config.policy.model.source),
+                reward_model=run.model_before(
+                    "reward_model", step, config.reward_model.model.source
+                )
+                if config.uses_reward_model
+                else None,
+                out_dir=str(out),
+                parent_run_id=tracker.parent_id,
+                splits=config.evaluation.curve_splits,
+            )
+        tracker.log_eval(step, metrics)
+        summary.setdefault("eval", []).append({"step": step, **metrics})
+        write_json(run.summary_path, summary)
+        tracker.log_learning_curve(summary["eval"])

@@ -369,6 +369,11 @@ class EvalConfig(_Strict):
     """Episodes per task."""
     seed: int = 1000
     """Seed of the held-out task generators; keep it away from environment.seed."""
+    every: int | None = Field(None, ge=1)
+    """Learning curve: during training, evaluate the starting models, the checkpoints after every
+    `every` rounds and after the last round (RUN_DIR/eval/step_NNN/); None = no evaluation."""
+    curve_splits: tuple[Literal["id", "ood"], ...] = Field(("id", "ood"), min_length=1)
+    """The held-out splits the learning curve evaluates (`rlanything eval` always does both)."""
 
 
 class TrackingConfig(_Strict):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from math import comb
 
-import numpy as np
 import pandas as pd
 
 TASK = ["task_id", "task_version"]
@@ -44,22 +43,27 @@ def expert_steps(rollouts: pd.DataFrame, hard_threshold: float) -> tuple[pd.Data
     return steps.sort_values([*EPISODE, "step_idx"]).reset_index(drop=True), len(hard)
 
 
-def pass_at_k(rollouts: pd.DataFrame) -> dict[int, float]:
-    """Unbiased pass@k for k = 1 … n (n = episodes per task, the smallest over tasks), the mean
-    over tasks of 1 − C(n − c, k) / C(n, k), c = successful episodes of the task (Chen et al.,
-    2021). pass@1 is the mean accuracy."""
+def pass_at_k_per_task(rollouts: pd.DataFrame) -> pd.DataFrame:
+    """Unbiased pass@k of each task (rows: task_id, task_version) for k = 1 … n (columns; n =
+    episodes per task, the smallest over tasks): 1 − C(n − c, k) / C(n, k), c = successful
+    episodes of the task (Chen et al., 2021)."""
     if rollouts.empty:
-        return {}
+        return pd.DataFrame()
     eps = episodes(rollouts)
     per_task = (
         (eps["outcome"] > 0).groupby([eps["task_id"], eps["task_version"]]).agg(["size", "sum"])
     )
     n_min = int(per_task["size"].min())
-    return {
-        k: float(
-            np.mean(
-                [1.0 - comb(int(n) - int(c), k) / comb(int(n), k) for n, c in per_task.to_numpy()]
-            )
-        )
-        for k in range(1, n_min + 1)
-    }
+    return pd.DataFrame(
+        {
+            k: [1.0 - comb(int(n) - int(c), k) / comb(int(n), k) for n, c in per_task.to_numpy()]
+            for k in range(1, n_min + 1)
+        },
+        index=per_task.index,
+    )
+
+
+def pass_at_k(rollouts: pd.DataFrame) -> dict[int, float]:
+    """pass@k for k = 1 … n: the mean over tasks of `pass_at_k_per_task`. pass@1 is the mean
+    accuracy."""
+    return {int(k): float(v) for k, v in pass_at_k_per_task(rollouts).mean().items()}

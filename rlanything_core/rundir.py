@@ -54,7 +54,8 @@ class RunDir:
     round_NNN/{tasks,rollouts,judgments,unit_tests,policy_samples,rm_samples,test_samples,
     candidates,acceptance}.parquet,
     round_NNN/_stages/<stage>.json, checkpoints/{policy,reward_model}/round_NNN/;
-    warm_start/ and checkpoints/<role>/warm_start/; an RLoop cycle also has
+    warm_start/ and checkpoints/<role>/warm_start/; with evaluation.every, eval/step_NNN/ (the
+    learning curve) and plots/learning_curve.png; an RLoop cycle also has
     exploitation/{harvest,expert_set}.parquet, exploitation/_stages/ and
     checkpoints/policy/refined/.
     """

@@ -21,9 +21,18 @@ from rlanything_core.feedback import (
     unit_test_rewards,
 )
 from rlanything_core.schemas import SCHEMAS
+from rlanything_core.stats import accuracy, as_metrics, balanced_accuracy, majority_baseline
 
 STEP_KEY = ["task_id", "task_version", "rollout_idx", "step_idx"]
 _PROVENANCE = ["round", *STEP_KEY, "seed", "checkpoint"]
+# `judge_metrics` that each round logs as reward_model/<name> (its intervals are for evaluation).
+ROUND_JUDGE_METRICS = (
+    "process_accuracy",
+    "outcome_accuracy",
+    "process_balanced_accuracy",
+    "outcome_balanced_accuracy",
+    "progress_label_rate",
+)
 
 
 def task_accuracies(rollouts: pd.DataFrame) -> pd.Series:
@@ -67,11 +76,11 @@ def policy_samples(
         s = verdict_matrix(df, judgments, votes)  # (N, m)
         df["mean_verdict"] = np.nan_to_num(s, nan=0.0).mean(axis=1)
         df["reward"] = integrated_reward(df["outcome"], s, lam=lam)
-    task_key = df["task_id"] + "@" + df["task_version"].astype(str)
+    tasks = task_key(df)
     if estimator == "step":
-        adv = step_advantages(df["reward"], task_key, df["step_idx"], eps=eps, singleton=singleton)
+        adv = step_advantages(df["reward"], tasks, df["step_idx"], eps=eps, singleton=singleton)
     else:
-        adv = task_level_advantages(df["reward"], task_key, eps=eps)
+        adv = task_level_advantages(df["reward"], tasks, eps=eps)
     acc = task_accuracies(rollouts)
     df["task_accuracy"] = acc.reindex(
         pd.MultiIndex.from_frame(df[["task_id", "task_version"]])
@@ -130,43 +139,89 @@ def rm_samples(
         "reward_model/parse_failures": float((~parsed).sum()),
         "reward_model/parse_failure_rate": float((~parsed).mean()) if len(parsed) else 0.0,
         "reward_model/vote_agreement": float(agree.mean()) if len(agree) else 0.0,
-        "reward_model/process_accuracy": process_accuracy(rollouts, judgments, votes),
-        "reward_model/outcome_accuracy": outcome_accuracy(rollouts, judgments, votes),
         "reward_model/kept_samples": float(kept.sum()),
     }
+    judged = judge_metrics(rollouts, judgments, votes)
+    for name in ROUND_JUDGE_METRICS:
+        metrics[f"reward_model/{name}"] = judged[name]
     return votes_df, metrics
 
 
-def process_accuracy(rollouts: pd.DataFrame, judgments: pd.DataFrame, votes: int) -> float:
-    """Majority verdict of the m votes on a step against the planner's progress label.
+def task_key(frame: pd.DataFrame) -> pd.Series:
+    """The task of every row as "task_id@task_version": the cluster of the eval's intervals."""
+    return frame["task_id"] + "@" + frame["task_version"].astype(str)
 
-    Ties and steps without a parsed vote count as wrong. Paper Table 1, "RM process".
+
+def step_verdicts(rollouts: pd.DataFrame, judgments: pd.DataFrame, votes: int) -> pd.DataFrame:
+    """One row per step: `task` (its key), `positive` (the planner's progress label) and `correct`
+    (the majority verdict of the m votes matches the label). Paper Table 1, "RM process".
+
+    Ties and steps without a parsed vote count as wrong.
     """
-    if not len(rollouts):
-        return 0.0
+    progress = rollouts["progress"].to_numpy(dtype=bool)
     s = verdict_matrix(rollouts, judgments, votes)  # (N, m)
     majority = np.sign(np.nan_to_num(s, nan=0.0).sum(axis=1))  # (N,) in {−1, 0, +1}
-    truth = np.where(rollouts["progress"].to_numpy(dtype=bool), 1.0, -1.0)
-    return float((majority == truth).mean())
+    return pd.DataFrame(
+        {
+            "task": task_key(rollouts).to_numpy(),
+            "positive": progress,
+            "correct": majority == np.where(progress, 1.0, -1.0),
+        }
+    )
 
 
-def outcome_accuracy(rollouts: pd.DataFrame, judgments: pd.DataFrame, votes: int) -> float:
-    """How well a trajectory's step verdicts predict its outcome. Paper Table 1, "RM outcome".
+def episode_verdicts(rollouts: pd.DataFrame, judgments: pd.DataFrame, votes: int) -> pd.DataFrame:
+    """One row per trajectory: `task` (its key), `positive` (it succeeded) and `correct` (its step
+    verdicts predict that). Paper Table 1, "RM outcome".
 
     A trajectory is predicted to succeed when Σ_i mean_j S_{τ_i,j} > 0 (unparsed votes count 0),
-    else to fail; the result is the fraction of trajectories predicted right.
+    else to fail.
     """
-    if not len(rollouts):
-        return 0.0
     s = verdict_matrix(rollouts, judgments, votes)  # (N, m)
     steps = rollouts[["task_id", "task_version", "rollout_idx", "outcome"]].assign(
         score=np.nan_to_num(s, nan=0.0).mean(axis=1)
     )
-    per = steps.groupby(["task_id", "task_version", "rollout_idx"]).agg(
-        score=("score", "sum"), outcome=("outcome", "first")
+    per = (
+        steps.groupby(["task_id", "task_version", "rollout_idx"])
+        .agg(score=("score", "sum"), outcome=("outcome", "first"))
+        .reset_index()
     )
-    predicted = np.where(per["score"] > 0, 1, -1)
-    return float((predicted == per["outcome"].to_numpy()).mean())
+    success = per["outcome"].to_numpy() > 0
+    return pd.DataFrame(
+        {
+            "task": task_key(per).to_numpy(),
+            "positive": success,
+            "correct": (per["score"].to_numpy() > 0) == success,
+        }
+    )
+
+
+def judge_metrics(rollouts: pd.DataFrame, judgments: pd.DataFrame, votes: int) -> dict[str, float]:
+    """The reward model's verdicts against the ground truth; every accuracy comes with its 95 %
+    interval clustered by task (`<name>_ci_low`, `<name>_ci_high`; see `stats`).
+
+    - process_accuracy: steps whose majority verdict matches the progress label (`step_verdicts`);
+    - process_balanced_accuracy: the mean of its recalls on progress and on non-progress steps
+      (nan when the steps have one label only);
+    - progress_label_rate: steps labelled progress; process_majority_baseline: the accuracy of a
+      constant verdict for the more frequent label;
+    - outcome_accuracy, outcome_balanced_accuracy, outcome_majority_baseline: the same for
+      trajectories and their outcome (`episode_verdicts`);
+    - steps: the steps judged.
+    """
+    steps = step_verdicts(rollouts, judgments, votes)
+    played = episode_verdicts(rollouts, judgments, votes)
+    metrics: dict[str, float] = {}
+    for name, frame in (("process", steps), ("outcome", played)):
+        metrics |= as_metrics(f"{name}_accuracy", accuracy(frame["correct"], frame["task"]))
+        metrics |= as_metrics(
+            f"{name}_balanced_accuracy",
+            balanced_accuracy(frame["correct"], frame["positive"], frame["task"]),
+        )
+        metrics[f"{name}_majority_baseline"] = majority_baseline(frame["positive"])
+    metrics["progress_label_rate"] = float(steps["positive"].mean())
+    metrics["steps"] = float(len(steps))
+    return metrics
 
 
 def test_samples(

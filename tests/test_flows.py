@@ -4,6 +4,7 @@ models, MLflow on a temporary SQLite store."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -264,24 +265,42 @@ def test_eval_on_held_out_tasks(tmp_path: Path) -> None:
     metrics = rlanything_eval(
         config=config, policy="tiny-policy:0", reward_model="tiny-judge:0", out_dir=str(out)
     )
-    assert set(metrics) == {
-        f"eval/{split}/{name}"
-        for split in ("id", "ood")
-        for name in (
-            "policy_accuracy",
-            "invalid_actions",
-            "rm_process_accuracy",
-            "rm_outcome_accuracy",
-            "rm_parse_failure_rate",
-            "pass_at_1",
-            "pass_at_2",
-        )
-    }
-    assert all(0.0 <= v <= 1.0 for v in metrics.values())
+    accuracies = (
+        "policy_accuracy",
+        "pass_at_1",
+        "pass_at_2",
+        "rm_process_accuracy",
+        "rm_process_balanced_accuracy",
+        "rm_outcome_accuracy",
+        "rm_outcome_balanced_accuracy",
+    )
+    rates = (
+        "invalid_actions",
+        "rm_parse_failure_rate",
+        "rm_progress_label_rate",
+        "rm_process_majority_baseline",
+        "rm_outcome_majority_baseline",
+    )
+    names = {*rates, "episodes", "tasks", "rm_steps"}
+    names |= {f"{a}{suffix}" for a in accuracies for suffix in ("", "_ci_low", "_ci_high")}
+    assert set(metrics) == {f"eval/{split}/{name}" for split in ("id", "ood") for name in names}
     for split in ("id", "ood"):
-        accuracy = metrics[f"eval/{split}/policy_accuracy"]
-        assert metrics[f"eval/{split}/pass_at_1"] == pytest.approx(accuracy)
-        assert metrics[f"eval/{split}/pass_at_2"] >= accuracy
+        m = {name: metrics[f"eval/{split}/{name}"] for name in names}
+        assert (m["episodes"], m["tasks"]) == (4.0, 2.0)
+        assert m["rm_steps"] == float(
+            len(read_dataset(out / f"{split}_rollouts.parquet", "rollouts"))
+        )
+        assert all(0.0 <= m[name] <= 1.0 for name in rates)
+        assert m["rm_process_majority_baseline"] >= 0.5
+        for name in accuracies:
+            # a balanced accuracy is nan when one class is absent (tiny policies rarely succeed)
+            if not math.isnan(m[name]):
+                assert 0.0 <= m[f"{name}_ci_low"] <= m[name] <= m[f"{name}_ci_high"] <= 1.0
+        accuracy = m["policy_accuracy"]
+        assert m["pass_at_1"] == pytest.approx(accuracy)
+        assert m["pass_at_2"] >= accuracy
+        # the judged episodes are the policy's: a constant verdict scores max(acc, 1 − acc)
+        assert m["rm_outcome_majority_baseline"] == pytest.approx(max(accuracy, 1 - accuracy))
     for split in ("id", "ood"):
         rollouts = read_dataset(out / f"{split}_rollouts.parquet", "rollouts")
         assert rollouts["task_id"].nunique() == 2
@@ -303,6 +322,51 @@ def test_eval_on_held_out_tasks(tmp_path: Path) -> None:
     )
 
 
+def test_learning_curve_evaluates_every_round_once(tmp_path: Path) -> None:
+    data = tiny(rounds=2, mode="policy", rollouts_per_task=2).model_dump()  # RM fixed, judging
+    data["evaluation"] = {"num_tasks": 2, "rollouts_per_task": 2, "seed": 7, "every": 1}
+    data["environment"] |= {"num_tasks": 2}
+    data["reward_model"]["votes"] = 1
+    data["tracking"]["checkpoints"] = "reference"
+    config = RunConfig.model_validate(data)
+    run = RunDir(tmp_path / "run")
+    summary = rlanything_train(config=config, run_dir=str(run.root))
+
+    assert [point["step"] for point in summary["eval"]] == [0, 1, 2]
+    for step, point in enumerate(summary["eval"]):
+        stored = json.loads((run.root / "eval" / f"step_{step:03d}" / "eval.json").read_text())
+        # step 0: the starting models; step s: the checkpoints after s rounds
+        policy = "tiny-policy:0" if step == 0 else str(run.checkpoint("policy", step - 1))
+        assert (stored["policy"], stored["reward_model"]) == (policy, "tiny-judge:0")
+        assert point["eval/id/policy_accuracy"] == stored["eval/id/policy_accuracy"]
+        assert "eval/ood/policy_accuracy_ci_high" in point
+    assert (run.root / "plots" / "learning_curve.png").is_file()
+    client = mlflow.tracking.MlflowClient()
+    for key in ("eval/id/policy_accuracy", "eval/ood/rm_process_balanced_accuracy"):
+        history = client.get_metric_history(summary["mlflow_run_id"], key)
+        assert sorted(m.step for m in history) == [0, 1, 2], key
+    nested = client.search_runs(
+        [client.get_run(summary["mlflow_run_id"]).info.experiment_id],
+        filter_string=(
+            f"tags.mlflow.parentRunId = '{summary['mlflow_run_id']}' "
+            "and tags.`rlanything.kind` = 'eval'"
+        ),
+    )
+    assert len(nested) == 3
+
+    # resume as after a crash between logging step 2 and writing summary.json: its eval.json
+    # is read back, not redone, and no point is logged twice
+    stamp = (run.root / "eval" / "step_002" / "eval.json").stat().st_mtime_ns
+    stored = json.loads(run.summary_path.read_text())
+    stored["eval"].pop()
+    run.summary_path.write_text(json.dumps(stored))
+    summary = rlanything_train(config=config, run_dir=str(run.root))
+    assert [point["step"] for point in summary["eval"]] == [0, 1, 2]
+    assert (run.root / "eval" / "step_002" / "eval.json").stat().st_mtime_ns == stamp
+    history = client.get_metric_history(summary["mlflow_run_id"], "eval/id/policy_accuracy")
+    assert sorted(m.step for m in history) == [0, 1, 2]
+
+
 def test_ablate_one_seed_one_round(tmp_path: Path) -> None:
     data = tiny(rounds=1, rollouts_per_task=2).model_dump()
     data["evaluation"] = {"num_tasks": 1, "rollouts_per_task": 2, "seed": 7}
@@ -316,15 +380,28 @@ def test_ablate_one_seed_one_round(tmp_path: Path) -> None:
 
     assert list(summary) == ["Before", "Outcome-only", "Policy", "+Reward", "+Reward+Env"]
     assert "eval/id/rm_process_accuracy" not in summary["Outcome-only"]
+    assert "eval/id/rm_outcome_balanced_accuracy" in summary["+Reward"]
     assert summary["+Reward+Env"]["accepted_tasks"][1] == 0.0  # std over one seed
     table = (out / "ablation.md").read_text()
-    assert "| Row | Policy ID | Policy OOD | RM process | RM outcome | Accepted tasks |" in table
+    assert (
+        "| Row | Policy ID | Policy OOD | RM process (balanced) | RM outcome (balanced) "
+        "| RM outcome majority baseline | Accepted tasks |"
+    ) in table
     assert "| Row | ID pass@1 | ID pass@2 | OOD pass@1 | OOD pass@2 |" in table
     assert table.count("\n| ") == 12  # two tables: a header and five rows each
     stored = json.loads((out / "ablation.json").read_text())
     assert stored["per_seed"]["Policy"][0]["eval/id/policy_accuracy"] == pytest.approx(
         summary["Policy"]["eval/id/policy_accuracy"][0]
     )
+    # one seed, one held-out task per split: the pooled estimate is the seed's, and one cluster
+    # leaves its interval undefined: "value [n/a]", no "±"
+    pooled = stored["pooled"]["Policy"]["eval/id/policy_accuracy"]
+    assert pooled[0] == pytest.approx(summary["Policy"]["eval/id/policy_accuracy"][0])
+    assert math.isnan(pooled[1]) and math.isnan(pooled[2])
+    assert "eval/id/rm_process_balanced_accuracy" in stored["pooled"]["+Reward"]
+    assert "eval/id/rm_process_accuracy" not in stored["pooled"]["Outcome-only"]
+    policy_row = next(line for line in table.splitlines() if line.startswith("| Policy |"))
+    assert f"| {pooled[0] * 100:.1f} [n/a] |" in policy_row and "±" not in policy_row
     assert (out / "ablation_accuracy.png").is_file() and (out / "ablation_accepted.png").is_file()
     # The warm start ran once; every row starts from its checkpoint, and "Before" evaluates it
     warm = str(RunDir(out / "warm_start").warm_start_checkpoint("policy"))

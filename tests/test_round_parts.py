@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 import tasks.stages
+from flows.evaluate import reward_model_metrics
 from rlanything_core.config import (
     ConfigError,
     EnvironmentConfig,
@@ -113,7 +114,68 @@ def test_advantage_stage_on_a_hand_made_round(tmp_path: Path) -> None:
     # Outcome accuracy: Σ_steps mean verdict per trajectory, > 0 predicts success.
     # a0: 1 + 0 = 1 → +1 ✓ (outcome +1); a1: −1 − 1/3 → −1 ✓; b0: 1/3 → +1 ✗; b1: −1 ✓ → 3/4
     assert metrics["reward_model/outcome_accuracy"] == pytest.approx(3 / 4)
+    # Balanced: every step is labelled progress, so there is no recall on non-progress steps;
+    # outcome: successes a0 ✓ (1/1), failures a1 ✓ b0 ✗ b1 ✓ (2/3) → ½(1 + 2/3) = 5/6.
+    assert math.isnan(metrics["reward_model/process_balanced_accuracy"])
+    assert metrics["reward_model/progress_label_rate"] == 1.0
+    assert metrics["reward_model/outcome_balanced_accuracy"] == pytest.approx(5 / 6)
     assert metrics["policy/accuracy"] == pytest.approx(0.25)
+
+
+def test_reward_model_eval_metrics_and_intervals_by_hand() -> None:
+    # 3 tasks × 2 episodes × 2 steps, m = 2 votes. (progress label, votes) → majority verdict:
+    layout = {
+        ("a", 0): (1, [(True, [1, 1]), (True, [1, -1])]),  # ✓, tie ✗
+        ("a", 1): (-1, [(False, [-1, -1]), (False, [1, None])]),  # ✓, +1 ✗
+        ("b", 0): (-1, [(False, [-1, -1]), (False, [-1, None])]),  # ✓, ✓
+        ("b", 1): (-1, [(True, [1, 1]), (False, [-1, -1])]),  # ✓, ✓
+        ("c", 0): (-1, [(True, [1, 1]), (True, [-1, -1])]),  # ✓, ✗
+        ("c", 1): (-1, [(True, [1, 1]), (True, [None, None])]),  # ✓, unparsed ✗
+    }
+    steps, votes = [], []
+    for (task, g), (outcome, labelled) in layout.items():
+        for i, (progress, verdicts) in enumerate(labelled):
+            steps.append(_step(task, g, i, outcome, progress))
+            votes += [_vote(task, g, i, j, v) for j, v in enumerate(verdicts)]
+    got = reward_model_metrics(
+        "id", rows_frame(steps, "rollouts"), rows_frame(votes, "judgments"), votes=2
+    )
+    z = 1.96
+    # Process, 12 steps; right per task a 2/4, b 4/4, c 2/4 → R = 8/12 = 2/3.
+    # Residuals 2 − 8/3 = −2/3, 4/3, −2/3 → Σ² = 8/3; V = 3/2 · (8/3)/144 = 1/36, √V = 1/6.
+    assert got["eval/id/rm_steps"] == 12.0
+    assert got["eval/id/rm_process_accuracy"] == pytest.approx(2 / 3)
+    assert got["eval/id/rm_process_accuracy_ci_low"] == pytest.approx(2 / 3 - z / 6)
+    assert got["eval/id/rm_process_accuracy_ci_high"] == pytest.approx(2 / 3 + z / 6)
+    # Progress steps: a 1/2, b 1/1, c 2/4 → R1 = 4/7; others: a 1/2, b 3/3 → R0 = 4/5.
+    # Balanced ½(4/7 + 4/5) = 24/35. Residuals/7: a (1 − 8/7)/7 = −1/49, b 3/49, c −2/49;
+    # residuals/5: a (1 − 8/5)/5 = −3/25, b (3 − 12/5)/5 = 3/25, c 0.
+    # z_g = ½(…) = −0.0702041, 0.0906122, −0.0204082 → Σ z² = 0.0135557; V = 3/2 · Σ z².
+    zg = [(-1 / 49 - 3 / 25) / 2, (3 / 49 + 3 / 25) / 2, (-2 / 49) / 2]
+    half = z * math.sqrt(1.5 * sum(v * v for v in zg))
+    assert half == pytest.approx(0.2794874, abs=1e-6)
+    assert got["eval/id/rm_process_balanced_accuracy"] == pytest.approx(24 / 35)
+    assert got["eval/id/rm_process_balanced_accuracy_ci_low"] == pytest.approx(24 / 35 - half)
+    assert got["eval/id/rm_process_balanced_accuracy_ci_high"] == pytest.approx(24 / 35 + half)
+    assert got["eval/id/rm_progress_label_rate"] == pytest.approx(7 / 12)
+    assert got["eval/id/rm_process_majority_baseline"] == pytest.approx(7 / 12)
+    # Outcome: Σ_steps mean verdict (unparsed 0): a0 1 + 0 → success ✓; a1 −1 + ½ → fail ✓;
+    # b0 −1 − ½ ✓; b1 1 − 1 = 0 → fail ✓; c0 1 − 1 = 0 → fail ✓; c1 1 + 0 → success ✗.
+    # 5/6 right, and always predicting failure scores 5/6 too (one success in six).
+    # Per task 2/2, 2/2, 1/2: residuals 1/3, 1/3, −2/3 → Σ² = 2/3; V = 3/2 · (2/3)/36 = 1/36.
+    assert got["eval/id/rm_outcome_accuracy"] == pytest.approx(5 / 6)
+    assert got["eval/id/rm_outcome_accuracy_ci_low"] == pytest.approx(5 / 6 - z / 6)
+    assert got["eval/id/rm_outcome_accuracy_ci_high"] == 1.0  # 5/6 + 0.327, clipped
+    assert got["eval/id/rm_outcome_majority_baseline"] == pytest.approx(5 / 6)
+    # Successes: a0 ✓ → R1 = 1; failures: a 1/1, b 2/2, c 1/2 → R0 = 4/5; BA = 0.9.
+    # Residuals: successes 0; failures/5: 0.2/5, 0.4/5, −0.6/5 → z_g = 0.02, 0.04, −0.06;
+    # Σ z² = 0.0056, V = 3/2 · 0.0056 = 0.0084.
+    assert got["eval/id/rm_outcome_balanced_accuracy"] == pytest.approx(0.9)
+    assert got["eval/id/rm_outcome_balanced_accuracy_ci_low"] == pytest.approx(
+        0.9 - z * math.sqrt(0.0084)
+    )
+    assert got["eval/id/rm_outcome_balanced_accuracy_ci_high"] == 1.0
+    assert got["eval/id/rm_parse_failure_rate"] == pytest.approx(4 / 24)
 
 
 def test_outcome_only_mode_uses_the_outcome_as_reward(tmp_path: Path) -> None:

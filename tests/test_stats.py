@@ -1,0 +1,142 @@
+"""Clustered intervals, balanced accuracy and the majority baseline, against numbers worked out by
+hand (rlanything_core/stats.py), and the ablation's intervals pooled over seeds."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from flows.ablate import ROWS, _markdown, _metrics, _pooled, _summarize
+from flows.evaluate import SPLITS
+from rlanything_core.stats import (
+    Z,
+    accuracy,
+    as_metrics,
+    balanced_accuracy,
+    majority_baseline,
+    ratio,
+)
+
+
+def test_accuracy_interval_clustered_by_task_by_hand() -> None:
+    # 3 tasks × 4 episodes; successes: A 3/4, B 2/4, C 1/4 → R = 6/12 = 0.5.
+    # Residuals A_g − R·B_g: 3 − 2 = 1, 2 − 2 = 0, 1 − 2 = −1 → Σ² = 2; (Σ b)² = 12² = 144.
+    # V = G/(G − 1) · 2/144 = 3/2 · 2/144 = 1/48; half-width 1.96/√48 = 0.28290163.
+    correct = [1, 1, 1, 0, 1, 1, 0, 0, 1, 0, 0, 0]
+    tasks = ["A"] * 4 + ["B"] * 4 + ["C"] * 4
+    got = accuracy(correct, tasks)
+    half = 1.96 * math.sqrt(1 / 48)
+    assert half == pytest.approx(0.28290163)
+    assert got == pytest.approx((0.5, 0.5 - half, 0.5 + half))
+    assert as_metrics("acc", got) == {"acc": 0.5, "acc_ci_low": got.low, "acc_ci_high": got.high}
+
+
+def test_ratio_with_weights_clips_and_counts_every_observed_cluster() -> None:
+    # (a, b) per observation: X (1, 1), (0, 1); Y (1, 1), (1, 1); Z (0, 1), (0, 0).
+    # R = 3/5 = 0.6. A_g = (1, 2, 0), B_g = (2, 2, 1); residuals −0.2, 0.8, −0.6 → Σ² = 1.04.
+    # V = 3/2 · 1.04/25 = 0.0624; half = 1.96·√0.0624 = 0.48960; 0.6 + 0.4896 > 1 → clipped to 1.
+    a = [1, 0, 1, 1, 0, 0]
+    b = [1, 1, 1, 1, 1, 0]
+    clusters = ["X", "X", "Y", "Y", "Z", "Z"]
+    got = ratio(a, b, clusters)
+    assert got.value == pytest.approx(0.6)
+    assert got.low == pytest.approx(0.6 - 1.96 * math.sqrt(0.0624))
+    assert got.high == 1.0
+    # A cluster W with only b = 0 adds (0 − R·0)² = 0 but counts in G = 4: V = 4/3 · 1.04/25.
+    got = ratio([*a, 0], [*b, 0], [*clusters, "W"])
+    assert got.value == pytest.approx(0.6)
+    assert got.low == pytest.approx(0.6 - 1.96 * math.sqrt(4 / 3 * 1.04 / 25))
+
+
+def test_clustering_widens_the_interval_when_outcomes_are_constant_within_a_task() -> None:
+    # 6 tasks × 2 episodes: 3 tasks succeed twice, 3 fail twice → R = 0.5.
+    # Clustered: residuals 2 − 1 = ±1 per task → Σ² = 6; V = 6/5 · 6/144 = 0.05, half 0.43827.
+    # iid (every episode its own cluster): residuals ±0.5 → Σ² = 3; V = 12/11 · 3/144 = 1/44,
+    # half 0.29548.
+    correct = [1, 1] * 3 + [0, 0] * 3
+    tasks = np.repeat(np.arange(6), 2)
+    clustered = accuracy(correct, tasks)
+    iid = accuracy(correct, np.arange(12))
+    assert clustered == pytest.approx((0.5, 0.5 - Z * math.sqrt(0.05), 0.5 + Z * math.sqrt(0.05)))
+    assert iid == pytest.approx((0.5, 0.5 - Z * math.sqrt(1 / 44), 0.5 + Z * math.sqrt(1 / 44)))
+    assert clustered.high - clustered.low > iid.high - iid.low
+
+
+def test_balanced_accuracy_and_majority_baseline_by_hand() -> None:
+    # T1: pos ✓, pos ✗, neg ✓; T2: pos ✓, neg ✓, neg ✓; T3: neg ✗, neg ✓.
+    # Positives: 3, 2 right → R1 = 2/3; negatives: 5, 4 right → R0 = 4/5; BA = ½(2/3 + 4/5) = 11/15.
+    # Residuals (A1_g − R1·B1_g)/3: T1 (1 − 4/3)/3 = −1/9, T2 (1 − 2/3)/3 = 1/9, T3 0;
+    # (A0_g − R0·B0_g)/5: T1 (1 − 0.8)/5 = 1/25, T2 (2 − 1.6)/5 = 2/25, T3 (1 − 1.6)/5 = −3/25.
+    # z_g = ½(…): −16/450, 43/450, −27/450 → Σ z² = (256 + 1849 + 729)/202500 = 2834/202500.
+    # V = 3/2 · 2834/202500 = 0.0209926; half = 1.96·0.144888 = 0.283981 → high clipped to 1.
+    correct = [1, 0, 1, 1, 1, 1, 0, 1]
+    positive = [1, 1, 0, 1, 0, 0, 0, 0]
+    tasks = ["T1"] * 3 + ["T2"] * 3 + ["T3"] * 2
+    got = balanced_accuracy(correct, positive, tasks)
+    assert got.value == pytest.approx(11 / 15)
+    assert got.low == pytest.approx(11 / 15 - 1.96 * math.sqrt(1.5 * 2834 / 202500))
+    assert got.low == pytest.approx(0.449352, abs=1e-6)
+    assert got.high == 1.0
+    # Plain accuracy 6/8; positives are 3/8, so always predicting "negative" scores 5/8.
+    assert accuracy(correct, tasks).value == pytest.approx(0.75)
+    assert majority_baseline(positive) == pytest.approx(5 / 8)
+    assert majority_baseline([1, 1, 1, 0]) == pytest.approx(3 / 4)
+
+
+def test_a_constant_verdict_scores_the_base_rate_but_half_balanced() -> None:
+    # Labels: 2 positives, 6 negatives; the verdict is always "negative".
+    positive = [1, 1, 0, 0, 0, 0, 0, 0]
+    correct = [not p for p in positive]
+    tasks = ["a", "a", "b", "b", "c", "c", "d", "d"]
+    assert accuracy(correct, tasks).value == pytest.approx(majority_baseline(positive)) == 0.75
+    assert balanced_accuracy(correct, positive, tasks).value == pytest.approx(0.5)
+
+
+def test_edge_cases_one_cluster_one_class_no_observation() -> None:
+    one = accuracy([1, 0, 1], ["a", "a", "a"])
+    assert one.value == pytest.approx(2 / 3) and math.isnan(one.low) and math.isnan(one.high)
+    absent = balanced_accuracy([1, 0], [1, 1], ["a", "b"])  # no negative observation
+    assert all(math.isnan(v) for v in absent)
+    assert all(math.isnan(v) for v in ratio([0, 0], [0, 0], ["a", "b"]))  # Σ b = 0
+    assert all(math.isnan(v) for v in accuracy([], []))
+    assert math.isnan(majority_baseline([]))
+    # every task right: V = 0, the interval is the point
+    assert accuracy([1, 1, 1, 1], ["a", "a", "b", "b"]) == (1.0, 1.0, 1.0)
+
+
+def _episodes(outcomes: dict[str, list[int]]) -> pd.DataFrame:
+    """One-step episodes of an eval split: task → outcomes (+1 / −1) of its episodes."""
+    rows = [
+        {"round": 0, "task_id": task, "task_version": 1, "rollout_idx": g, "outcome": o,
+         "action_valid": True}
+        for task, played in outcomes.items()
+        for g, o in enumerate(played)
+    ]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_ablation_pools_seeds_as_separate_clusters() -> None:
+    # Seed 0: a (+1, −1), b (−1, −1) → 1/4; seed 1: a (+1, +1), b (+1, −1) → 3/4.
+    # Pooled over (task, seed): clusters 1/2, 0/2, 2/2, 1/2 → R = 4/8; residuals 0, −1, 1, 0 →
+    # Σ² = 2; V = 4/3 · 2/64 = 1/24, half = 1.96·√(1/24) = 0.40008 → [0.09992, 0.90008].
+    # (Clustered by task alone, a 3/4 and b 1/4 would give V = 2 · 2/64 = 1/16.)
+    seeds = {
+        0: _episodes({"a": [1, -1], "b": [-1, -1]}),
+        1: _episodes({"a": [1, 1], "b": [1, -1]}),
+    }
+    by_seed = {seed: {split: (r, None) for split in SPLITS} for seed, r in seeds.items()}
+    pooled = _pooled(by_seed, votes=1)
+    half = 1.96 * math.sqrt(1 / 24)
+    assert pooled["eval/id/policy_accuracy"] == pytest.approx([0.5, 0.5 - half, 0.5 + half])
+    assert not any(key.startswith("eval/id/rm_") for key in pooled)  # nothing judged
+
+    per_seed = [_metrics(cell, votes=1) for cell in by_seed.values()]
+    summary = _summarize({"Policy": per_seed})
+    assert summary["Policy"]["eval/id/policy_accuracy"] == pytest.approx([0.5, 0.25])
+    assert "eval/id/policy_accuracy_ci_low" not in summary["Policy"]  # pooled instead
+    rows = {name: summary["Policy"] if name == "Policy" else {} for name, _ in ROWS}
+    table = _markdown(rows, {name: pooled for name in rows}, seeds=2, rounds=1)
+    assert "| Policy | 50.0 ± 25.0 [10.0, 90.0] | 50.0 ± 25.0 [10.0, 90.0] | – |" in table
