@@ -46,11 +46,24 @@ def bench_config(path: str, **updates: Any) -> RunConfig:
     return config.model_copy(update=updates) if updates else config
 
 
+def cpu_flags() -> list[str]:
+    """The CPU's vector-math flags that decide float32/bfloat16 speed (Linux /proc/cpuinfo)."""
+    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines()
+                  if line.startswith("flags")), [])  # fmt: skip
+    return [f for f in wanted if f in flags]
+
+
 def machine() -> dict[str, Any]:
     """Where the numbers were measured."""
     return {
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
+        "cpu_flags": cpu_flags(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,

@@ -1,0 +1,154 @@
+"""The learning benchmark: does the policy get better on held-out tasks?
+
+    python benchmarks/learning.py --config configs/learning-household.yaml \
+        --run-dir runs/learning-household --out benchmarks/results/learning-household.json
+
+Runs `rlanything train` on the config (which sets `evaluation.every`, so the run evaluates its
+policy on the held-out sets before training and every few rounds), times it, and writes one JSON:
+the machine (with its CPU's bfloat16 flags), the config, the wall time, the per-round training
+figures and the held-out learning curve with 95 % intervals clustered by task, and whether the
+last point beats the first (non-overlapping intervals). It also copies the run's learning-curve
+PNG beside the JSON. A finished run directory is resumed, not retrained; `--collect` only gathers
+the figures of a run made before (the sweep's runs in benchmarks/results/learning/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from common import REPO, save
+
+from rlanything_core.config import load_config
+
+ROUND_KEYS = (
+    "policy/accuracy",
+    "policy/invalid_actions",
+    "policy/kept_samples",
+    "policy/tasks_in_band",
+    "policy/kl",
+    "policy/clip_fraction",
+    "policy/mean_episode_steps",
+    "timing/rollout_s",
+    "timing/policy_update_s",
+)
+
+
+def curve_point(point: dict[str, Any], split: str) -> dict[str, float] | None:
+    """Accuracy and its interval of one split at one curve step, or None if not evaluated."""
+    key = f"eval/{split}/policy_accuracy"
+    if key not in point:
+        return None
+    return {
+        "accuracy": point[key],
+        "ci_low": point[f"{key}_ci_low"],
+        "ci_high": point[f"{key}_ci_high"],
+        "episodes": point[f"eval/{split}/episodes"],
+        "tasks": point[f"eval/{split}/tasks"],
+        "invalid_actions": point[f"eval/{split}/invalid_actions"],
+    }
+
+
+def verdict(curve: list[dict[str, Any]], split: str) -> dict[str, Any]:
+    """Before (step 0) against the last step of one split: the gain and whether the 95 %
+    intervals are apart."""
+    points = [(p["step"], curve_point(p, split)) for p in curve]
+    points = [(s, p) for s, p in points if p is not None]
+    if len(points) < 2:
+        return {}
+    (_, first), (last_step, last) = points[0], points[-1]
+    assert first is not None and last is not None
+    return {
+        "before": first["accuracy"],
+        "after": last["accuracy"],
+        "after_step": last_step,
+        "gain_points": 100.0 * (last["accuracy"] - first["accuracy"]),
+        "intervals_apart": last["ci_low"] > first["ci_high"] or last["ci_high"] < first["ci_low"],
+    }
+
+
+def table(curve: list[dict[str, Any]]) -> str:
+    """The learning curve as a Markdown table: accuracy [95 % interval] per split, in %."""
+    lines = ["| rounds done | ID accuracy [95 % CI] | OOD accuracy [95 % CI] | episodes/split |"]
+    lines.append("|---|---|---|---|")
+    for p in curve:
+        cells = []
+        for split in ("id", "ood"):
+            c = curve_point(p, split)
+            cells.append(
+                "–"
+                if c is None
+                else f"{100 * c['accuracy']:.1f} [{100 * c['ci_low']:.1f}, "
+                f"{100 * c['ci_high']:.1f}]"
+            )
+        episodes = curve_point(p, "id")
+        count = f"{episodes['episodes']:.0f}" if episodes else "–"
+        lines.append(f"| {p['step']} | {cells[0]} | {cells[1]} | {count} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--run-dir", required=True)
+    parser.add_argument("--out", required=True, help="JSON result path")
+    parser.add_argument(
+        "--collect",
+        action="store_true",
+        help="only gather the figures of a run made before (no training, no wall time)",
+    )
+    args = parser.parse_args()
+    config = load_config(args.config)
+    if config.evaluation.every is None and not args.collect:
+        sys.exit(f"error: {args.config} sets no evaluation.every, so the run draws no curve")
+    run_dir = Path(args.run_dir)
+    command = [
+        str(Path(sys.executable).parent / "rlanything"),
+        *("train", "--config", args.config, "--run-dir", str(run_dir)),
+    ]
+    if (run_dir / "state.json").is_file():
+        command = [command[0], "resume", "--run-dir", str(run_dir)]
+    seconds = None
+    if not args.collect:
+        started = time.monotonic()
+        subprocess.run(command, check=True, env=os.environ)
+        seconds = round(time.monotonic() - started, 1)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    curve = summary.get("eval", [])
+    out = Path(args.out)
+    png = run_dir / "plots" / "learning_curve.png"
+    if png.is_file():
+        shutil.copyfile(png, out.with_suffix(".png"))
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+    save(
+        out,
+        {
+            "benchmark": "learning",
+            "command": " ".join([Path(command[0]).name, *command[1:]]),
+            "config_file": args.config,
+            "config": config.model_dump(mode="json"),
+            "commit": commit,
+            "wall_seconds": seconds,
+            "rounds": [
+                {"round": r["round"], **{k: r[k] for k in ROUND_KEYS if k in r}}
+                for r in summary["rounds"]
+            ],
+            "curve": curve,
+            "id": verdict(curve, "id"),
+            "ood": verdict(curve, "ood"),
+        },
+    )
+    print(table(curve))
+
+
+if __name__ == "__main__":
+    main()
