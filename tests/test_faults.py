@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import resource
 import shutil
@@ -29,7 +30,7 @@ from safetensors.torch import load_file
 
 import tasks.stages
 from rlanything_core.config import load_config
-from rlanything_core.models import load_model, resolve_source, save_checkpoint
+from rlanything_core.models import OPTIMIZER_STATE, load_model, resolve_source, save_checkpoint
 from rlanything_core.rundir import RunDir, RunDirError
 from rlanything_core.services import Service, free_port
 
@@ -150,10 +151,20 @@ def _files(run: RunDir, pattern: str) -> dict[str, bytes]:
 
 
 def _checkpoints(run: RunDir) -> dict[str, dict[str, torch.Tensor]]:
-    return {
+    """Every checkpoint's weights and, for those that carry one, its AdamW state (moments and
+    step counts), keyed by the checkpoint's path in the run directory."""
+    found = {
         str(p.parent.relative_to(run.root)): load_file(str(p))
         for p in sorted((run.root / "checkpoints").rglob("model.safetensors"))
     }
+    for p in sorted((run.root / "checkpoints").rglob(OPTIMIZER_STATE)):
+        state = torch.load(p, weights_only=True)["state"]
+        found[f"{p.parent.relative_to(run.root)}/{OPTIMIZER_STATE}"] = {
+            f"{param}.{name}": torch.as_tensor(value)
+            for param, entries in state.items()
+            for name, value in entries.items()
+        }
+    return found
 
 
 def _same_weights(a: dict[str, dict[str, torch.Tensor]], b: dict[str, Any]) -> bool:
@@ -181,7 +192,13 @@ def _mlflow_view(env: dict[str, str], run: RunDir) -> dict[str, Any]:
 
 
 def _deterministic(points: dict[str, list[tuple[int, float]]]) -> dict[str, Any]:
-    return {k: v for k, v in points.items() if not k.startswith("timing/")}
+    """Every metric but the timings, with nan (an undefined balanced accuracy) as a string, since
+    nan != nan."""
+    return {
+        k: [(step, "nan" if math.isnan(v) else v) for step, v in values]
+        for k, values in points.items()
+        if not k.startswith("timing/")
+    }
 
 
 def test_two_runs_in_different_directories_do_not_interfere(
@@ -231,7 +248,9 @@ def test_sigkill_in_each_stage_then_resume_matches_the_uninterrupted_run(
     _finish(_launch(services, ["resume", "--run-dir", str(run.root)], log), log)
 
     assert _files(run, "*.parquet") == _files(reference, "*.parquet")
-    assert _same_weights(_checkpoints(run), _checkpoints(reference))
+    checkpoints = _checkpoints(run)
+    assert sum(c.endswith(OPTIMIZER_STATE) for c in checkpoints) == 4  # 2 roles × 2 rounds
+    assert _same_weights(checkpoints, _checkpoints(reference))  # weights and AdamW states
     for role in ("policy", "reward_model"):
         load_model(str(run.checkpoint(role, KILLED_ROUND)), device="cpu")
     summary, expected = (json.loads(r.summary_path.read_text()) for r in (run, reference))
