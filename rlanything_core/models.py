@@ -542,11 +542,16 @@ def make_optimizer(
     if state_file is not None and state_file.is_file():
         state = torch.load(state_file, map_location="cpu", weights_only=True)
         saved = [len(g["params"]) for g in state["param_groups"]]
-        if saved != [len(params)]:
+        shapes_differ = saved == [len(params)] and any(
+            tuple(entry["exp_avg"].shape) != tuple(params[i].shape)
+            for i, entry in state["state"].items()
+        )
+        if saved != [len(params)] or shapes_differ:
             raise ValueError(
-                f"{state_file} holds optimizer state for {saved} parameters, but the model has "
-                f"{len(params)} trainable ones (a different model or LoRA rank?); delete that "
-                "file to start a fresh optimizer, or set update.keep_optimizer: false"
+                f"{state_file} holds optimizer state for {saved} parameters of other shapes or "
+                f"number than the model's {len(params)} trainable ones (a different model or "
+                "LoRA rank?); delete that file to start a fresh optimizer, or set "
+                "update.keep_optimizer: false"
             )
         optimizer.load_state_dict(state)
         for group in optimizer.param_groups:

@@ -186,7 +186,14 @@ def test_saved_optimizer_state_for_another_model_is_a_clear_error(tmp_path: Path
     save_checkpoint(model, tok, tmp_path / "full", make_optimizer(model, lr=1e-3))
     lora, _ = load_model("tiny", device="cpu", trainable=True, lora_rank=4)
     with pytest.raises(ValueError, match="keep_optimizer: false"):
-        make_optimizer(lora, lr=1e-3, resume_from=tmp_path / "full")
+        make_optimizer(lora, lr=1e-3, resume_from=tmp_path / "full")  # another number
+    optimizer = make_optimizer(lora, lr=1e-3)
+    sum((p**2).sum() for p in lora.parameters() if p.requires_grad).backward()
+    optimizer.step()  # AdamW keeps per-parameter moments from its first step on
+    save_checkpoint(lora, tok, tmp_path / "rank4", optimizer)
+    other, _ = load_model("tiny", device="cpu", trainable=True, lora_rank=8)
+    with pytest.raises(ValueError, match="other shapes"):
+        make_optimizer(other, lr=1e-3, resume_from=tmp_path / "rank4")  # same number, other shapes
 
 
 class _Expert:
