@@ -36,6 +36,7 @@ from rlanything_core.atomic import atomic_path
 from rlanything_core.config import Mode, RunConfig
 from rlanything_core.rundir import WARM_START, RunDir, write_json
 from rlanything_core.schemas import read_dataset
+from rlanything_core.stats import CI_SUFFIXES
 from tasks.stages import warm_start
 
 ROWS: tuple[tuple[str, Mode | None], ...] = (
@@ -60,7 +61,6 @@ COLUMNS = (
     ("eval/id/rm_outcome_majority_baseline", "RM outcome majority baseline"),
     ("accepted_tasks", "Accepted tasks"),
 )
-CI_SUFFIXES = ("_ci_low", "_ci_high")
 # One cell's eval datasets per split: (rollouts, judgments or None).
 Datasets = dict[str, tuple[pd.DataFrame, pd.DataFrame | None]]
 

@@ -43,9 +43,6 @@ TABLE_COLUMNS = (
 )
 
 
-CI_SUFFIXES = ("_ci_low", "_ci_high")
-
-
 def _number(value: float, spec: str) -> str:
     """`value` formatted, or "n/a" when undefined (nan)."""
     return "n/a" if math.isnan(value) else format(value, spec)
@@ -126,6 +123,7 @@ def _resume(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from rlanything_core.config import load_config
+    from rlanything_core.stats import CI_SUFFIXES
 
     _prefect_defaults()
     from flows.evaluate import rlanything_eval
@@ -166,6 +164,7 @@ def _ablate(args: argparse.Namespace) -> int:
 
 def _rloop(args: argparse.Namespace) -> int:
     from rlanything_core.config import load_config
+    from rlanything_core.stats import CI_SUFFIXES
 
     config = load_config(args.config)
     if args.cycles is not None:

@@ -27,7 +27,7 @@ from rlanything_core.rundir import write_json
 from rlanything_core.schemas import read_dataset, rows_frame, write_dataset
 from rlanything_core.seeding import derive_seed
 from rlanything_core.signals import judge_metrics, task_key, test_samples
-from rlanything_core.stats import accuracy, as_metrics, ratio
+from rlanything_core.stats import accuracy, as_metrics
 from tasks.stages import judge_steps, play_tasks, unit_test_votes
 
 SPLITS = ("id", "ood")
@@ -144,7 +144,7 @@ def policy_metrics(split: str, rollouts: pd.DataFrame) -> dict[str, float]:
     metrics[f"{prefix}/invalid_actions"] = float((~rollouts["action_valid"]).mean())
     per_task = pass_at_k_per_task(rollouts)  # (tasks, k): one cluster per row
     for k, values in per_task.items():
-        estimate = ratio(values, np.ones(len(values)), np.arange(len(values)))
+        estimate = accuracy(values, np.arange(len(values)))  # a mean of per-task values
         metrics |= as_metrics(f"{prefix}/pass_at_{k}", estimate)
     metrics[f"{prefix}/episodes"] = float(len(played))
     metrics[f"{prefix}/tasks"] = float(tasks.nunique())

@@ -152,14 +152,14 @@ def task_key(frame: pd.DataFrame) -> pd.Series:
     return frame["task_id"] + "@" + frame["task_version"].astype(str)
 
 
-def step_verdicts(rollouts: pd.DataFrame, judgments: pd.DataFrame, votes: int) -> pd.DataFrame:
+def step_verdicts(rollouts: pd.DataFrame, s: np.ndarray) -> pd.DataFrame:
     """One row per step: `task` (its key), `positive` (the planner's progress label) and `correct`
     (the majority verdict of the m votes matches the label). Paper Table 1, "RM process".
 
-    Ties and steps without a parsed vote count as wrong.
+    `s` is the (N, m) `verdict_matrix` of `rollouts`. Ties and steps without a parsed vote count
+    as wrong.
     """
     progress = rollouts["progress"].to_numpy(dtype=bool)
-    s = verdict_matrix(rollouts, judgments, votes)  # (N, m)
     majority = np.sign(np.nan_to_num(s, nan=0.0).sum(axis=1))  # (N,) in {−1, 0, +1}
     return pd.DataFrame(
         {
@@ -170,14 +170,13 @@ def step_verdicts(rollouts: pd.DataFrame, judgments: pd.DataFrame, votes: int) -
     )
 
 
-def episode_verdicts(rollouts: pd.DataFrame, judgments: pd.DataFrame, votes: int) -> pd.DataFrame:
+def episode_verdicts(rollouts: pd.DataFrame, s: np.ndarray) -> pd.DataFrame:
     """One row per trajectory: `task` (its key), `positive` (it succeeded) and `correct` (its step
     verdicts predict that). Paper Table 1, "RM outcome".
 
-    A trajectory is predicted to succeed when Σ_i mean_j S_{τ_i,j} > 0 (unparsed votes count 0),
-    else to fail.
+    `s` is the (N, m) `verdict_matrix` of `rollouts`. A trajectory is predicted to succeed when
+    Σ_i mean_j S_{τ_i,j} > 0 (unparsed votes count 0), else to fail.
     """
-    s = verdict_matrix(rollouts, judgments, votes)  # (N, m)
     steps = rollouts[["task_id", "task_version", "rollout_idx", "outcome"]].assign(
         score=np.nan_to_num(s, nan=0.0).mean(axis=1)
     )
@@ -209,8 +208,9 @@ def judge_metrics(rollouts: pd.DataFrame, judgments: pd.DataFrame, votes: int) -
       trajectories and their outcome (`episode_verdicts`);
     - steps: the steps judged.
     """
-    steps = step_verdicts(rollouts, judgments, votes)
-    played = episode_verdicts(rollouts, judgments, votes)
+    s = verdict_matrix(rollouts, judgments, votes)  # (N, m), pivoted once for both
+    steps = step_verdicts(rollouts, s)
+    played = episode_verdicts(rollouts, s)
     metrics: dict[str, float] = {}
     for name, frame in (("process", steps), ("outcome", played)):
         metrics |= as_metrics(f"{name}_accuracy", accuracy(frame["correct"], frame["task"]))

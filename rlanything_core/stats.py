@@ -46,6 +46,8 @@ import pandas as pd
 
 Z = 1.96
 """Two-sided 95 % normal quantile."""
+CI_SUFFIXES = ("_ci_low", "_ci_high")
+"""The suffixes of an interval's bounds beside its metric (`as_metrics`)."""
 
 
 class Estimate(NamedTuple):
@@ -109,7 +111,8 @@ def majority_baseline(positive: npt.ArrayLike) -> float:
 
 def as_metrics(name: str, estimate: Estimate) -> dict[str, float]:
     """`name`, `name_ci_low` and `name_ci_high`."""
-    return {name: estimate.value, f"{name}_ci_low": estimate.low, f"{name}_ci_high": estimate.high}
+    low, high = (f"{name}{suffix}" for suffix in CI_SUFFIXES)
+    return {name: estimate.value, low: estimate.low, high: estimate.high}
 
 
 def _codes(clusters: npt.ArrayLike) -> tuple[npt.NDArray[np.intp], int]:
