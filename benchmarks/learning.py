@@ -27,6 +27,11 @@ from typing import Any
 from common import REPO, save
 
 from rlanything_core.config import load_config
+from rlanything_core.rloop import episodes
+from rlanything_core.rundir import RunDir
+from rlanything_core.schemas import read_dataset
+from rlanything_core.signals import task_key
+from rlanything_core.stats import accuracy, as_metrics
 
 ROUND_KEYS = (
     "policy/accuracy",
@@ -39,6 +44,14 @@ ROUND_KEYS = (
     "timing/rollout_s",
     "timing/policy_update_s",
 )
+
+
+def training_accuracy(run_dir: Path, round_idx: int) -> dict[str, float]:
+    """The round's success on its own pool with its 95 % interval clustered by task, and the
+    episodes it rests on (from the round's rollouts)."""
+    played = episodes(read_dataset(RunDir(run_dir).dataset(round_idx, "rollouts"), "rollouts"))
+    estimate = accuracy(played["outcome"] > 0, task_key(played))
+    return {**as_metrics("train/accuracy", estimate), "train/episodes": float(len(played))}
 
 
 def curve_point(point: dict[str, Any], split: str) -> dict[str, float] | None:
@@ -139,7 +152,11 @@ def main() -> None:
             "commit": commit,
             "wall_seconds": seconds,
             "rounds": [
-                {"round": r["round"], **{k: r[k] for k in ROUND_KEYS if k in r}}
+                {
+                    "round": r["round"],
+                    **{k: r[k] for k in ROUND_KEYS if k in r},
+                    **training_accuracy(run_dir, r["round"]),
+                }
                 for r in summary["rounds"]
             ],
             "curve": curve,
