@@ -94,6 +94,11 @@ class DistributedConfig(_Strict):
     strategy: Literal["ddp", "fsdp"] = "ddp"
     """ddp: a whole replica per process, gradients all-reduced. fsdp: parameters, gradients and
     optimizer state sharded over the processes (FSDP2), for models too big for one device."""
+    max_restarts: int = Field(1, ge=0)
+    """Times a failed distributed update is started again, all its processes on a fresh
+    rendezvous, before the stage fails. The update starts over from its checkpoint, so a restart
+    cannot change its result; it rides out a process lost to a transient fault (killed, or a
+    gloo thread aborted under load). A deterministic error fails every attempt."""
 
 
 class UpdateConfig(_Strict):

@@ -46,3 +46,16 @@ def after_write(path: Path, timeout_s: float = 600.0) -> None:
     while time.monotonic() < deadline:
         time.sleep(0.2)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def worker_joined(rank: int) -> None:
+    """Called by each torchrun process of a distributed update once it has joined the group:
+    with RLANYTHING_FAILPOINT="update-worker/<rank>", that process aborts (SIGABRT), once; the
+    file named by RLANYTHING_FAILPOINT_READY records that it did and disarms the point."""
+    if os.environ.get(FAILPOINT_ENV) != f"update-worker/{rank}":
+        return
+    ready = os.environ.get(READY_ENV)
+    if not ready or Path(ready).exists():
+        return
+    Path(ready).write_text(f"{os.getpid()} aborted\n")
+    os.abort()

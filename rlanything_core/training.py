@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -19,6 +20,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from rlanything_core import failpoints
 from rlanything_core.atomic import atomic_path
 from rlanything_core.config import UpdateConfig
 from rlanything_core.demos import Demo
@@ -199,26 +201,32 @@ def _launch(
             str(work),
         ]
         progress, done = work / "progress", 0
-        with (work / "output.log").open("wb") as log:
-            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-            try:
-                while proc.poll() is None or done < _size(progress):
-                    time.sleep(0.2)
-                    steps = _size(progress)
-                    if on_step is not None and steps > done:
-                        on_step(steps - done)
-                    done = steps
-            finally:  # interrupted (Ctrl-C, a cancelled flow run): torchrun stops its workers
-                if proc.poll() is None:
-                    proc.terminate()
-                    proc.wait()
-        if proc.returncode != 0:
+        attempts = update.distributed.max_restarts + 1
+        for attempt in range(1, attempts + 1):
+            with (work / "output.log").open("wb") as log:
+                proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+                try:
+                    while proc.poll() is None or done < _size(progress):
+                        time.sleep(0.2)
+                        steps = _size(progress)  # a new attempt counts from 0 again
+                        if on_step is not None and steps > done:
+                            on_step(steps - done)
+                        done = max(done, steps)
+                finally:  # interrupted (Ctrl-C, a cancelled flow run): torchrun stops its workers
+                    if proc.poll() is None:
+                        proc.terminate()
+                        proc.wait()
+            if proc.returncode == 0:
+                break
             tail = (work / "output.log").read_text(errors="replace")[-4000:]
-            raise RuntimeError(
+            what = (
                 f"the distributed update ({update.distributed.processes} processes, "
-                f"{update.distributed.strategy}) failed with exit status {proc.returncode}; "
-                f"its output ends:\n{tail}"
+                f"{update.distributed.strategy}) failed with exit status {proc.returncode} "
+                f"(attempt {attempt} of {attempts})"
             )
+            if attempt == attempts:
+                raise RuntimeError(f"{what}; its output ends:\n{tail}")
+            warnings.warn(f"{what}; starting it again. Its output ended:\n{tail}", stacklevel=2)
         return json.loads((work / "metrics.json").read_text())
 
 
@@ -237,6 +245,7 @@ def _worker(work: Path) -> None:
     cuda = pick_device(job["device"]).type == "cuda"
     group, device = join_group(update.distributed.strategy, cuda=cuda)
     try:
+        failpoints.worker_joined(group.rank)
         frame = pd.read_parquet(work / "samples.parquet")
         samples = [
             TrainSample(
@@ -244,7 +253,8 @@ def _worker(work: Path) -> None:
             )
             for r in frame.itertuples()
         ]
-        with (work / "progress").open("ab", buffering=0) as progress:
+        # A restarted group starts its count over; the launcher reports only steps past its tally.
+        with (work / "progress").open("wb" if group.is_main else "ab", buffering=0) as progress:
             metrics = rl_update(
                 job["source"],
                 job["out_dir"],

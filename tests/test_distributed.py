@@ -83,3 +83,44 @@ def test_two_process_update_equals_one_process(
     assert alone["samples"] == shared["samples"] == 11
     assert shared["grad_norm"] == pytest.approx(alone["grad_norm"], rel=1e-4)
     assert shared["loss"] == pytest.approx(alone["loss"], abs=1e-5)
+
+
+def test_a_process_lost_mid_update_is_restarted_with_the_same_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 1 aborts once after joining (SIGABRT, as a crashed gloo thread does); the update is
+    started again on a fresh rendezvous and gives the weights of an undisturbed one."""
+    alone = _update(tmp_path / "alone", 0, processes=1)
+    ready = tmp_path / "aborted"
+    monkeypatch.setenv("RLANYTHING_FAILPOINT", "update-worker/1")
+    monkeypatch.setenv("RLANYTHING_FAILPOINT_READY", str(ready))
+    with pytest.warns(UserWarning, match=r"exit status 1 \(attempt 1 of 2\); starting it again"):
+        shared = _update(tmp_path / "shared", 0, processes=2)
+    assert ready.exists()  # the process did die once
+    a, b = _weights(tmp_path / "alone"), _weights(tmp_path / "shared")
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], atol=1e-5, rtol=1e-4, msg=name)
+    assert shared["samples"] == alone["samples"] == 11
+
+
+def test_a_process_that_keeps_dying_fails_the_update_with_its_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no restarts left the update fails and the error carries torchrun's output."""
+    monkeypatch.setenv("RLANYTHING_FAILPOINT", "update-worker/1")
+    monkeypatch.setenv("RLANYTHING_FAILPOINT_READY", str(tmp_path / "aborted"))
+    update = UpdateConfig(
+        lr=1e-3, micro_batch_size=2, distributed=DistributedConfig(processes=2, max_restarts=0)
+    )
+    with pytest.raises(RuntimeError, match=r"exit status 1 \(attempt 1 of 1\)"):
+        rl_update(
+            SOURCE,
+            tmp_path / "out",
+            lambda _eos: _samples(),
+            update,
+            device="cpu",
+            dtype="float32",
+            temperature=1.0,
+            seed=3,
+        )
+    assert not (tmp_path / "out").exists()  # nothing half-written
