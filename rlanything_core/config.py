@@ -204,6 +204,11 @@ class EnvironmentConfig(_Strict):
     alfworld (ALFWorld's games, from the data the user downloaded into $ALFWORLD_DATA)."""
     num_tasks: int = Field(16, ge=1)
     """Tasks in the initial pool. Paper (AlfWorld): 16 tasks per step; coding: 64."""
+    tasks_per_round: int | None = Field(None, ge=1)
+    """Tasks each round plays (its batch), drawn from the pool without replacement: every task
+    once per pass over the pool, in a new seeded order each pass. None = the whole pool every
+    round. A pool larger than the batch keeps the policy from learning its training tasks by
+    heart (README "Learning benchmark")."""
     split: Literal["id", "ood"] = "id"
     """Generator of the initial pool: in-domain ("id") or out-of-domain ("ood") tasks."""
     seed: int = 0
@@ -235,6 +240,11 @@ class EnvironmentConfig(_Strict):
 
     @model_validator(mode="after")
     def _ranges_draw_tasks(self) -> EnvironmentConfig:
+        if self.tasks_per_round is not None and self.tasks_per_round > self.num_tasks:
+            raise ValueError(
+                f"environment.tasks_per_round ({self.tasks_per_round}) exceeds the pool's "
+                f"num_tasks ({self.num_tasks}); raise num_tasks or lower tasks_per_round."
+            )
         if self.name != "household":
             narrowed = [
                 f for f in ("goals", "num_rooms", "num_distractors") if getattr(self, f) is not None

@@ -9,12 +9,14 @@ earlier rounds' tasks.parquet.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from rlanything_core.config import EnvironmentConfig
 from rlanything_core.envs.specs import TaskSpec, env_name, parse_task_spec
 from rlanything_core.rollout import TaskRef
 from rlanything_core.schemas import SchemaError, read_dataset
+from rlanything_core.seeding import derive_seed
 
 
 def tasks_frame(task_ids: list[str], specs: list[TaskSpec]) -> pd.DataFrame:
@@ -66,6 +68,28 @@ def task_refs(pool: pd.DataFrame) -> list[TaskRef]:
         TaskRef(row.task_id, int(row.task_version), parse_task_spec(row.env, row.spec))
         for row in pool.itertuples()
     ]
+
+
+def batch_positions(size: int, per_round: int | None, seed: int, round_idx: int) -> list[int]:
+    """Positions in a pool of `size` tasks that round `round_idx` plays, in pool order.
+
+    The rounds walk through passes over the pool, each a permutation seeded by (seed, pass) and
+    cut into size // per_round batches; the remainder of a pass is left out of it (it comes
+    first in another pass's order), so no round plays a task twice. None plays the whole pool."""
+    if per_round is None or per_round >= size:
+        return list(range(size))
+    per_pass = size // per_round
+    epoch, batch = divmod(round_idx, per_pass)
+    order = np.random.default_rng(derive_seed(seed, "task-batch", epoch)).permutation(size)
+    return sorted(int(i) for i in order[batch * per_round : (batch + 1) * per_round])
+
+
+def round_batch(
+    pool: pd.DataFrame, env: EnvironmentConfig, seed: int, round_idx: int
+) -> list[TaskRef]:
+    """The tasks of the pool that round `round_idx` plays (`environment.tasks_per_round`)."""
+    positions = batch_positions(len(pool), env.tasks_per_round, seed, round_idx)
+    return task_refs(pool.iloc[positions])
 
 
 def next_pool(

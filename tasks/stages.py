@@ -43,7 +43,7 @@ from rlanything_core.gui_demos import (
     gui_trajectories,
 )
 from rlanything_core.judging import judge
-from rlanything_core.pool import next_pool, task_refs
+from rlanything_core.pool import next_pool, round_batch, task_refs
 from rlanything_core.prompts import Messages
 from rlanything_core.rewriting import critique_messages, parse_rewrite, rewrite_messages
 from rlanything_core.rollout import GuiSetup, Sampling, TaskRef, play
@@ -350,10 +350,16 @@ def _warm_start_demos(config: RunConfig, role: str, ws: WarmStartConfig) -> list
     return rewrite_demonstrations(text_specs, seed=config.seed)
 
 
+def _round_tasks(config: RunConfig, run: RunDir, r: int) -> list[TaskRef]:
+    """The tasks round r plays: its batch of the pool (`environment.tasks_per_round`)."""
+    pool = read_dataset(run.dataset(r, "tasks"), "tasks")
+    return round_batch(pool, config.environment, config.seed, r)
+
+
 @stage_task("rollout")
 def rollout(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics]:
-    """The policy plays every task of the pool G times."""
-    tasks = task_refs(read_dataset(run.dataset(r, "tasks"), "tasks"))
+    """The policy plays every task of the round's batch (the whole pool by default) G times."""
+    tasks = _round_tasks(config, run, r)
     source = run.model_before("policy", r, config.policy.model.source)
     rows = _play(config, run, r, source, tasks, "rollout")
     return {"rollouts": _write(rows, run, r, "rollouts")}, {"rollout/steps": float(len(rows))}
@@ -371,7 +377,7 @@ def reward_scoring(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Met
         source = run.model_before("reward_model", r, rm.model.source)
         engine = open_engine(rm.model, source, "reward_model", rm.update.lora_rank)
         if config.writes_unit_tests:
-            pool = task_refs(read_dataset(run.dataset(r, "tasks"), "tasks"))
+            pool = _round_tasks(config, run, r)
             tests, rows = unit_test_votes(
                 config, engine, rollouts, pool, run.label(source), r, f"round {r}"
             )
@@ -565,7 +571,7 @@ def task_rewriting(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Met
     triggered: list[tuple[TaskRef, float, str]] = []
     if config.adapts_tasks:
         ad = config.adaptation
-        pool = task_refs(read_dataset(run.dataset(r, "tasks"), "tasks"))
+        pool = _round_tasks(config, run, r)
         rollouts = read_dataset(run.dataset(r, "rollouts"), "rollouts")
         acc = task_accuracies(rollouts)
         for ref in pool:

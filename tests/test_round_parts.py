@@ -6,8 +6,10 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
+from pydantic import ValidationError
 
 import tasks.stages
 from flows.evaluate import reward_model_metrics
@@ -20,7 +22,7 @@ from rlanything_core.config import (
 )
 from rlanything_core.envs.household import build_world, parse_spec, plan
 from rlanything_core.feedback import EPS
-from rlanything_core.pool import initial_pool, next_pool
+from rlanything_core.pool import batch_positions, initial_pool, next_pool, round_batch
 from rlanything_core.rewriting import parse_rewrite
 from rlanything_core.rundir import RunDir
 from rlanything_core.schemas import SCHEMAS, read_dataset, rows_frame, to_table, write_dataset
@@ -305,3 +307,34 @@ def test_warm_start_demos_box_alone_without_explain() -> None:
     explained = ws.model_copy(update={"explain": True})
     demos = tasks.stages._warm_start_demos(config, "policy", explained)
     assert all(d.answer.startswith("I will ") for d in demos)
+
+
+def test_round_batches_play_every_task_once_per_pass_in_a_new_order() -> None:
+    """10 tasks, 3 a round: 3 batches a pass (one task sits each pass out), disjoint within a
+    pass, seeded, and the next pass in another order."""
+    size, k = 10, 3
+    rounds = [batch_positions(size, k, seed=7, round_idx=r) for r in range(6)]
+    assert all(len(b) == k == len(set(b)) and b == sorted(b) for b in rounds)
+    for first in (0, 3):  # each pass: three disjoint batches
+        in_pass = [i for b in rounds[first : first + 3] for i in b]
+        assert len(in_pass) == len(set(in_pass)) == 9
+    assert rounds[:3] != rounds[3:]
+    assert rounds == [batch_positions(size, k, seed=7, round_idx=r) for r in range(6)]
+    assert [batch_positions(size, k, seed=8, round_idx=r) for r in range(3)] != rounds[:3]
+    assert batch_positions(size, None, seed=7, round_idx=4) == list(range(size))
+    # Over many passes every task is played about equally often.
+    counts = np.bincount(
+        [i for r in range(300) for i in batch_positions(size, k, seed=7, round_idx=r)],
+        minlength=size,
+    )
+    assert counts.sum() == 900 and counts.min() >= 80
+
+
+def test_round_batch_takes_the_pool_rows_with_their_current_versions() -> None:
+    env = EnvironmentConfig(num_tasks=6, tasks_per_round=2, split="id", seed=0, step_slack=4)
+    pool = initial_pool(env)
+    pool.loc[pool.index[1:], "task_version"] = 2  # as after accepted rewrites
+    played = {(t.task_id, t.task_version) for r in range(3) for t in round_batch(pool, env, 0, r)}
+    assert played == {(row.task_id, row.task_version) for row in pool.itertuples()}
+    with pytest.raises(ValidationError, match=r"tasks_per_round \(7\) exceeds"):
+        EnvironmentConfig(num_tasks=6, tasks_per_round=7)
