@@ -694,3 +694,24 @@ def test_textworld_two_rounds_on_generated_games(tmp_path: Path) -> None:
 
     for split, rollouts in _eval_last_round(config, run, tmp_path / "eval").items():
         assert rollouts["goal"].str.len().gt(0).all(), split
+
+
+def test_rounds_play_batches_of_the_pool(tmp_path: Path) -> None:
+    """tasks_per_round 2 of a 4-task pool: the two rounds play disjoint halves, every rewrite
+    is of a task its round played, and the pool keeps its 4 tasks."""
+    base = tiny(rounds=2)
+    environment = base.environment.model_copy(update={"num_tasks": 4, "tasks_per_round": 2})
+    config = RunConfig.model_validate(base.model_dump() | {"environment": environment})
+    run = RunDir(tmp_path / "run")
+    summary = rlanything_train(config=config, run_dir=str(run.root))
+
+    _two_rounds_finished(run, summary)
+    played = []
+    for r in range(2):
+        rollouts = read_dataset(run.dataset(r, "rollouts"), "rollouts")
+        played.append(set(rollouts["task_id"]))
+        candidates = read_dataset(run.dataset(r, "candidates"), "candidates")
+        assert set(candidates["parent_task_id"]) <= played[r]
+    assert len(played[0]) == len(played[1]) == 2 and not played[0] & played[1]
+    pool = read_dataset(run.dataset(2, "tasks"), "tasks")
+    assert set(pool["task_id"]) == played[0] | played[1]
