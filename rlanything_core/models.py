@@ -56,7 +56,8 @@ def resolve_source(source: str) -> str:
 
     - "embedded:smollm2-135m-instruct": the embedded default, converted on first use;
     - "tiny:<seed>": a tiny random local model built on first use (tests): 64 wide, 2 layers;
-      "tiny-<width>x<layers>:<seed>" sets the size, e.g. "tiny-128x4:0";
+      "tiny-<width>x<layers>:<seed>" sets the size, e.g. "tiny-128x4:0", and
+      "tiny-128x4-textworld:0" trains its tokenizer on TextWorld's games too;
     - "tiny-policy:<seed>", "tiny-judge:<seed>", "tiny-envmodel:<seed>": tiny models warm-started
       on expert-made data (tests, configs/tiny.yaml);
     - a local directory in Hugging Face format (a checkpoint written by `save_checkpoint`);
@@ -65,7 +66,12 @@ def resolve_source(source: str) -> str:
     if source == EMBEDDED_DEFAULT:
         return str(ensure_default_model())
     if source == "tiny" or source.startswith("tiny"):
-        from rlanything_core.tiny import WARM_KINDS, ensure_tiny_model, ensure_warm_tiny_model
+        from rlanything_core.tiny import (
+            VOCABULARIES,
+            WARM_KINDS,
+            ensure_tiny_model,
+            ensure_warm_tiny_model,
+        )
 
         name, _, seed = source.partition(":")
         kind = name.removeprefix("tiny").removeprefix("-")
@@ -73,12 +79,21 @@ def resolve_source(source: str) -> str:
             return str(ensure_tiny_model(int(seed or 0)))
         if kind in WARM_KINDS:
             return str(ensure_warm_tiny_model(kind, int(seed or 0)))
-        width, _, layers = kind.partition("x")
-        if width.isdigit() and layers.isdigit() and int(width) % 4 == 0 and int(layers) > 0:
-            return str(ensure_tiny_model(int(seed or 0), int(width), int(layers)))
+        size, _, vocabulary = kind.partition("-")
+        width, _, layers = size.partition("x")
+        if (
+            width.isdigit()
+            and layers.isdigit()
+            and int(width) % 4 == 0
+            and int(layers) > 0
+            and vocabulary in ("", *VOCABULARIES)
+        ):
+            words = vocabulary or "household"
+            return str(ensure_tiny_model(int(seed or 0), int(width), int(layers), words))
         raise ModelNotFoundError(
             f"unknown tiny model {source!r}; use 'tiny:<seed>', 'tiny-<width>x<layers>:<seed>' "
-            f"(width a multiple of 4) or 'tiny-<kind>:<seed>' with kind in {WARM_KINDS}."
+            f"(width a multiple of 4), 'tiny-<width>x<layers>-<vocabulary>:<seed>' with "
+            f"vocabulary in {VOCABULARIES}, or 'tiny-<kind>:<seed>' with kind in {WARM_KINDS}."
         )
     if source.startswith(("/", ".", "~")) and not Path(source).expanduser().is_dir():
         raise ModelNotFoundError(

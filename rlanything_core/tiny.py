@@ -16,29 +16,47 @@ from rlanything_core import demos
 from rlanything_core.atomic import atomic_dir
 from rlanything_core.default_model import CHATML_TEMPLATE, cache_root
 from rlanything_core.demos import Demo
-from rlanything_core.envs import household
+from rlanything_core.envs import household, textworld_env
 from rlanything_core.prompts import JUDGE_SYSTEM, POLICY_SYSTEM
 
 SPECIAL_TOKENS = ["<|im_start|>", "<|im_end|>"]
 
 
-def _corpus() -> list[str]:
+VOCABULARIES = ("household", "textworld")
+"""Whose text a tiny tokenizer is trained on: the household's alone, or TextWorld's games too
+(spelled out in 2-4x fewer tokens than by the household tokenizer)."""
+
+
+def _corpus(vocabulary: str = "household") -> list[str]:
     """Text the tokenizer is trained on: prompts, goals, observations and actions of the env."""
     texts = [POLICY_SYSTEM, JUDGE_SYSTEM, "system user assistant \\boxed{1} \\boxed{-1}"]
     texts += [" ".join(str(i) for i in range(100))]
     for split in ("id", "ood"):
         for spec in household.generate_specs(split, 8, seed=0):
-            episode = household.HouseholdEpisode(spec)
-            texts += [spec.goal_text, episode.observation, spec.to_json()]
-            while not episode.done:
-                actions = episode.actions
-                texts.append("\n".join(actions))
-                result = episode.step(actions.index(episode.expert_action()))
-                texts.append(result.observation)
+            texts += _played(household.HouseholdEpisode(spec), spec.to_json())
+    if vocabulary == "textworld":
+        for split, n in (("id", 12), ("ood", 4)):
+            for tw in textworld_env.generate_textworld_specs(split, n, seed=0):
+                texts += _played(textworld_env.TextWorldEpisode(tw), tw.to_json())
     return texts
 
 
-def build_tiny_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
+def _played(
+    episode: household.HouseholdEpisode | textworld_env.GameEpisode, spec_json: str
+) -> list[str]:
+    """The goal, observations and action lists of an episode played by its expert."""
+    texts = [episode.goal_text, episode.observation, spec_json]
+    while not episode.done:
+        actions = episode.actions
+        texts.append("\n".join(actions))
+        result = episode.step(actions.index(episode.expert_action()))
+        texts.append(result.observation)
+    return texts
+
+
+def build_tiny_tokenizer(
+    vocab_size: int = 512, vocabulary: str = "household"
+) -> PreTrainedTokenizerFast:
     """A byte-level BPE tokenizer (any text encodes) with ChatML special tokens and template."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -49,7 +67,7 @@ def build_tiny_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_corpus(), trainer=trainer)
+    tok.train_from_iterator(_corpus(vocabulary), trainer=trainer)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token="<|im_start|>",
@@ -68,9 +86,10 @@ def build_tiny_model(
     num_layers: int = 2,
     num_heads: int = 4,
     vocab_size: int = 512,
+    vocabulary: str = "household",
 ) -> Path:
     """Write a randomly initialized tiny Llama and its tokenizer to `path` (Hugging Face format)."""
-    tokenizer = build_tiny_tokenizer(vocab_size)
+    tokenizer = build_tiny_tokenizer(vocab_size, vocabulary)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
@@ -92,15 +111,28 @@ def build_tiny_model(
     return Path(path)
 
 
-def ensure_tiny_model(seed: int = 0, hidden_size: int = 64, num_layers: int = 2) -> Path:
-    """The tiny model for `seed` and size, built once into the cache."""
+def ensure_tiny_model(
+    seed: int = 0, hidden_size: int = 64, num_layers: int = 2, vocabulary: str = "household"
+) -> Path:
+    """The tiny model for `seed`, size and tokenizer vocabulary, built once into the cache."""
+    if vocabulary not in VOCABULARIES:
+        raise ValueError(f"unknown tiny vocabulary {vocabulary!r}; use one of {VOCABULARIES}")
     size = "" if (hidden_size, num_layers) == (64, 2) else f"-{hidden_size}x{num_layers}"
-    target = cache_root() / f"tiny-llama{size}-seed{seed}"
+    words = "" if vocabulary == "household" else f"-{vocabulary}"
+    target = cache_root() / f"tiny-llama{size}{words}-seed{seed}"
     if not (target / "model.safetensors").is_file():
-        build_tiny_model(target, seed=seed, hidden_size=hidden_size, num_layers=num_layers)
+        build_tiny_model(
+            target,
+            seed=seed,
+            hidden_size=hidden_size,
+            num_layers=num_layers,
+            vocab_size=TINY_VOCAB_SIZE[vocabulary],
+            vocabulary=vocabulary,
+        )
     return target
 
 
+TINY_VOCAB_SIZE = {"household": 512, "textworld": 1024}
 WARM_KINDS = ("policy", "judge", "envmodel")
 WARM_EPOCHS = {"policy": 4, "judge": 4, "envmodel": 12}
 # Bumped when a kind's warm-start data change, so that a cache built from older data is not used.

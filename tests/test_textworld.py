@@ -171,3 +171,20 @@ def test_warm_start_demonstrations_follow_the_winning_policy() -> None:
     for demo in rewrites:
         fields = json.loads(demo.answer)
         assert set(fields) <= {"nb_objects", "world_size", "quest_length", "max_steps"}
+
+
+def test_a_tiny_tokenizer_trained_on_textworld_spells_its_prompts_shorter() -> None:
+    """ "tiny-<w>x<l>-textworld": the tokenizer also learns TextWorld's games, so a held-out
+    game's opening (goal, room, commands) takes far fewer tokens than with household's."""
+    from rlanything_core.models import ModelNotFoundError, resolve_source
+    from rlanything_core.tiny import build_tiny_tokenizer
+
+    household, textworld = build_tiny_tokenizer(512), build_tiny_tokenizer(1024, "textworld")
+    for spec in tw.generate_textworld_specs("id", 3, seed=1000):
+        episode = tw.TextWorldEpisode(spec)
+        text = "\n".join([episode.goal_text, episode.observation, *episode.actions])
+        short, long = len(textworld(text)["input_ids"]), len(household(text)["input_ids"])
+        assert short < 0.7 * long, (short, long)
+        assert textworld.decode(textworld(text)["input_ids"]) == text
+    with pytest.raises(ModelNotFoundError, match="vocabulary in"):
+        resolve_source("tiny-128x4-klingon:0")
