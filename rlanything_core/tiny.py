@@ -36,9 +36,10 @@ def _corpus(vocabulary: str = "household") -> list[str]:
         for spec in household.generate_specs(split, 8, seed=0):
             texts += _played(household.HouseholdEpisode(spec), spec.to_json())
     if vocabulary == "textworld":
-        for split, n in (("id", 12), ("ood", 4)):
-            for tw in textworld_env.generate_textworld_specs(split, n, seed=0):
-                texts += _played(textworld_env.TextWorldEpisode(tw), tw.to_json())
+        games = textworld_env.generate_textworld_specs("id", 12, seed=0)
+        games += textworld_env.generate_textworld_specs("ood", 4, seed=0)
+        for tw in games:
+            texts += _played(textworld_env.TextWorldEpisode(tw), tw.to_json())
     return texts
 
 
