@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from common import bench_config, save
 
-from flows.ablate import warm_started
+from flows.ablate import eval_datasets, pooled_intervals, warm_started
 from flows.evaluate import SPLITS, rlanything_eval
 from flows.rloop import rlanything_rloop
 from flows.train import rlanything_train
@@ -34,35 +34,36 @@ from rlanything_core.config import RunConfig
 from rlanything_core.rundir import RunDir
 
 
-def _vanilla(config: RunConfig, work: Path, seed: int) -> list[dict[str, Any]]:
+def _vanilla(config: RunConfig, work: Path, seed: int) -> list[Path]:
+    """The eval directories of the vanilla run's checkpoints after each cycle's rounds."""
     rl = config.rloop
     run = RunDir(work / "vanilla" / f"seed_{seed}")
     rlanything_train(
         config=config.model_copy(update={"rounds": rl.cycles * rl.rounds_per_cycle}),
         run_dir=str(run.root),
     )
-    results = []
+    dirs = []
     for c in range(rl.cycles):
         out = run.root / f"eval_cycle_{c}"
         if not (out / "eval.json").is_file():
             policy = str(run.checkpoint("policy", (c + 1) * rl.rounds_per_cycle - 1))
             rlanything_eval(config=config, policy=policy, out_dir=str(out))
-        results.append(json.loads((out / "eval.json").read_text()))
-    return results
+        dirs.append(out)
+    return dirs
 
 
-def _rloop(config: RunConfig, work: Path, seed: int) -> list[dict[str, Any]]:
+def _rloop(config: RunConfig, work: Path, seed: int) -> list[Path]:
+    """The eval directories of each cycle's refined policy."""
     run = RunDir(work / "rloop" / f"seed_{seed}")
     rlanything_rloop(config=config, run_dir=str(run.root))
-    return [
-        json.loads((run.root / f"cycle_{c:03d}" / "eval" / "eval.json").read_text())
-        for c in range(config.rloop.cycles)
-    ]
+    return [run.root / f"cycle_{c:03d}" / "eval" for c in range(config.rloop.cycles)]
 
 
 def _table(
-    rows: dict[str, list[list[dict[str, Any]]]], ks: list[int]
-) -> tuple[dict[str, Any], str]:
+    config: RunConfig, rows: dict[str, list[list[Path]]], ks: list[int]
+) -> tuple[dict[str, Any], list[dict[str, Any]], str]:
+    """Per method and cycle: mean ± std over seeds and the 95 % interval of all seeds' episodes
+    pooled, clustered by (task, seed), as in the ablation."""
     keys = [
         (f"eval/{split}/{name}", f"{split.upper()} {label}")
         for split in SPLITS
@@ -72,18 +73,31 @@ def _table(
         ]
     ]
     summary: dict[str, dict[str, dict[str, list[float]]]] = {}
+    per_seed: list[dict[str, Any]] = []
     lines = ["| method | cycle | " + " | ".join(label for _, label in keys) + " |"]
     lines.append("|" + "---|" * (len(keys) + 2))
-    for method, per_seed in rows.items():
-        for c in range(len(per_seed[0])):
+    for method, seeds in rows.items():
+        for c in range(len(seeds[0])):
+            results = [json.loads((s[c] / "eval.json").read_text()) for s in seeds]
+            per_seed += [
+                {"method": method, "cycle": c, "seed_index": k, **r} for k, r in enumerate(results)
+            ]
+            pooled = pooled_intervals(
+                {k: eval_datasets(config, s[c]) for k, s in enumerate(seeds)},
+                config.reward_model.votes,
+            )
             cells, stats = [], {}
             for key, _ in keys:
-                values = np.array([seed[c][key] for seed in per_seed])
-                stats[key] = [float(values.mean()), float(values.std())]
-                cells.append(f"{values.mean() * 100:.1f} ± {values.std() * 100:.1f}")
+                values = np.array([r[key] for r in results])
+                _, low, high = pooled[key]
+                stats[key] = [float(values.mean()), float(values.std()), low, high]
+                cells.append(
+                    f"{values.mean() * 100:.1f} ± {values.std() * 100:.1f} "
+                    f"[{low * 100:.1f}, {high * 100:.1f}]"
+                )
             summary.setdefault(method, {})[str(c)] = stats
             lines.append(f"| {method} | {c} | " + " | ".join(cells) + " |")
-    return summary, "\n".join(lines)
+    return summary, per_seed, "\n".join(lines)
 
 
 def main() -> None:
@@ -101,16 +115,17 @@ def main() -> None:
     start = time.perf_counter()
     config = bench_config(args.config)
     base = warm_started(config, RunDir(work / "warm_start"))
-    rows: dict[str, list[list[dict[str, Any]]]] = {"vanilla RL": [], "RLoop": []}
+    rows: dict[str, list[list[Path]]] = {"vanilla RL": [], "RLoop": []}
     for k in range(args.seeds):
         seeded = base.model_copy(update={"seed": config.seed + k})
         rows["vanilla RL"].append(_vanilla(seeded, work, config.seed + k))
         rows["RLoop"].append(_rloop(seeded, work, config.seed + k))
     ks = list(range(1, config.evaluation.rollouts_per_task + 1))
-    summary, table = _table(rows, ks)
+    summary, per_seed, table = _table(base, rows, ks)
     rl = config.rloop
     header = (
-        f"Mean ± std over {args.seeds} seeds, in %; cycle c = after "
+        f"Mean ± std over {args.seeds} seeds [95 % interval of all seeds' episodes pooled, "
+        f"clustered by (task, seed)], in %; cycle c = after "
         f"{rl.rounds_per_cycle} × (c + 1) rounds of {config.environment.num_tasks} tasks × "
         f"{config.rollouts_per_task} rollouts."
     )
@@ -124,8 +139,8 @@ def main() -> None:
             "cycles": rl.cycles,
             "rounds_per_cycle": rl.rounds_per_cycle,
             "seconds": time.perf_counter() - start,
-            "summary": summary,
-            "per_seed": rows,
+            "summary": summary,  # [mean, std over seeds, pooled low, pooled high]
+            "per_seed": per_seed,
             "table": header + "\n\n" + table,
         },
     )

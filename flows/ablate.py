@@ -94,7 +94,7 @@ def rlanything_ablate(config: RunConfig, seeds: int, out_dir: str) -> dict[str, 
                     out_dir=str(cell / "eval"),
                 )
             metrics = json.loads((cell / "eval" / "eval.json").read_text())
-            found = _eval_datasets(row_config, cell / "eval")
+            found = eval_datasets(row_config, cell / "eval")
             # recomputed from the eval's datasets: pass@k, intervals and balanced accuracies
             # also for an eval.json written before they existed
             metrics |= _metrics(found, config.reward_model.votes)
@@ -110,7 +110,8 @@ def rlanything_ablate(config: RunConfig, seeds: int, out_dir: str) -> dict[str, 
                 curves.setdefault(name, []).append(rounds)
     summary = _summarize(results)
     pooled = {
-        name: _pooled(by_seed, config.reward_model.votes) for name, by_seed in datasets.items()
+        name: pooled_intervals(by_seed, config.reward_model.votes)
+        for name, by_seed in datasets.items()
     }
     write_json(out / "ablation.json", {"seeds": seeds, "rounds": config.rounds, "rows": summary,
                                        "pooled": pooled, "per_seed": results})  # fmt: skip
@@ -149,7 +150,7 @@ def _rounds(run: RunDir) -> list[dict[str, float]]:
     return rounds
 
 
-def _eval_datasets(config: RunConfig, eval_dir: Path) -> Datasets:
+def eval_datasets(config: RunConfig, eval_dir: Path) -> Datasets:
     """Each split's eval rollouts, and the judging RM's judgments where there are (none for
     Outcome-only, nor for a unit-test-writing RM, whose judgments are test verdicts)."""
     found: Datasets = {}
@@ -171,7 +172,7 @@ def _metrics(found: Datasets, votes: int) -> dict[str, float]:
     return metrics
 
 
-def _pooled(by_seed: dict[int, Datasets], votes: int) -> dict[str, list[float]]:
+def pooled_intervals(by_seed: dict[int, Datasets], votes: int) -> dict[str, list[float]]:
     """Every accuracy with an interval, on all seeds' eval datasets together: [value, low,
     high]. A task's episodes of each seed form a cluster of their own (the task id is prefixed
     with the seed); the RM metrics only when every seed's RM was judged."""

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from flows.ablate import ROWS, _markdown, _metrics, _pooled, _summarize
+from flows.ablate import ROWS, _markdown, _metrics, _summarize, pooled_intervals
 from flows.evaluate import SPLITS
 from rlanything_core.stats import (
     Z,
@@ -128,7 +128,7 @@ def test_ablation_pools_seeds_as_separate_clusters() -> None:
         1: _episodes({"a": [1, 1], "b": [1, -1]}),
     }
     by_seed = {seed: {split: (r, None) for split in SPLITS} for seed, r in seeds.items()}
-    pooled = _pooled(by_seed, votes=1)
+    pooled = pooled_intervals(by_seed, votes=1)
     half = 1.96 * math.sqrt(1 / 24)
     assert pooled["eval/id/policy_accuracy"] == pytest.approx([0.5, 0.5 - half, 0.5 + half])
     assert not any(key.startswith("eval/id/rm_") for key in pooled)  # nothing judged
