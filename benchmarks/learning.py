@@ -72,12 +72,10 @@ def curve_point(point: dict[str, Any], split: str) -> dict[str, float] | None:
 def verdict(curve: list[dict[str, Any]], split: str) -> dict[str, Any]:
     """Before (step 0) against the last step of one split: the gain and whether the 95 %
     intervals are apart."""
-    points = [(p["step"], curve_point(p, split)) for p in curve]
-    points = [(s, p) for s, p in points if p is not None]
+    points = [(p["step"], c) for p in curve if (c := curve_point(p, split)) is not None]
     if len(points) < 2:
         return {}
     (_, first), (last_step, last) = points[0], points[-1]
-    assert first is not None and last is not None
     return {
         "before": first["accuracy"],
         "after": last["accuracy"],
@@ -92,17 +90,14 @@ def table(curve: list[dict[str, Any]]) -> str:
     lines = ["| rounds done | ID accuracy [95 % CI] | OOD accuracy [95 % CI] | episodes/split |"]
     lines.append("|---|---|---|---|")
     for p in curve:
-        cells = []
-        for split in ("id", "ood"):
-            c = curve_point(p, split)
-            cells.append(
-                "–"
-                if c is None
-                else f"{100 * c['accuracy']:.1f} [{100 * c['ci_low']:.1f}, "
-                f"{100 * c['ci_high']:.1f}]"
-            )
-        episodes = curve_point(p, "id")
-        count = f"{episodes['episodes']:.0f}" if episodes else "–"
+        ind, ood = (curve_point(p, split) for split in ("id", "ood"))
+        cells = [
+            "–"
+            if c is None
+            else f"{100 * c['accuracy']:.1f} [{100 * c['ci_low']:.1f}, {100 * c['ci_high']:.1f}]"
+            for c in (ind, ood)
+        ]
+        count = f"{ind['episodes']:.0f}" if ind else "–"
         lines.append(f"| {p['step']} | {cells[0]} | {cells[1]} | {count} |")
     return "\n".join(lines)
 
