@@ -135,7 +135,7 @@ def warm_started(config: RunConfig, run: RunDir) -> RunConfig:
         return config
     every_model = config.model_copy(update={"mode": "env"})  # warm the RM even if a row skips it
     run.init(every_model)
-    outputs = run_stage(warm_start, every_model, str(run.root), WARM_START)["outputs"]
+    outputs = run_stage(warm_start, every_model, str(run.root), WARM_START).record["outputs"]
     update = {}
     for name, role in roles.items():
         off = role.warm_start.model_copy(update={"enabled": False})

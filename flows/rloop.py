@@ -30,7 +30,7 @@ from rlanything_core.config import RunConfig
 from rlanything_core.rundir import EXPLOITATION, RunDir, write_json
 from rlanything_core.schemas import read_dataset, write_dataset
 from rlanything_core.seeding import derive_seed
-from tasks.common import run_stage
+from tasks.common import StageRun, run_stage
 from tasks.rloop import EXPLOITATION_STAGES
 
 
@@ -67,9 +67,10 @@ def _cycle(base: RunConfig, root: RunDir, c: int, rloop_id: str) -> dict[str, An
     with Tracker(run, config, flow_run.get_id(), parent_run_id=rloop_id).finishing() as tracker:
         rounds = train_rounds(config, run, tracker)["rounds"]
         metrics: dict[str, float] = {}
+        previous: StageRun | None = None
         for stage in EXPLOITATION_STAGES:
-            record = run_stage(stage, config, str(run.root), EXPLOITATION)
-            metrics |= record["metrics"]
+            previous = run_stage(stage, config, str(run.root), EXPLOITATION, upstream=previous)
+            metrics |= previous.record["metrics"]
         refined = run.refined_checkpoint()
         if config.rloop.evaluate:
             metrics |= _evaluate(config, run, str(refined), tracker.parent_id)

@@ -11,7 +11,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from rlanything_core.config import RunConfig
 from rlanything_core.rundir import RunDir
 from rlanything_core.schemas import read_dataset
-from tasks.common import run_stage
+from tasks.common import StageRun, run_stage
 from tasks.stages import STAGES
 
 SUMMARY_METRICS = (
@@ -28,10 +28,13 @@ SUMMARY_METRICS = (
 @flow(name="rlanything-round", flow_run_name="round-{round_idx}")
 def rlanything_round(config: RunConfig, run_dir: str, round_idx: int) -> dict[str, float]:
     """rollout → reward-scoring → advantage-computation → policy-update → rm-update →
-    task-rewriting → acceptance-check. Returns the round's metrics (timing/<stage>_s included)."""
+    task-rewriting → acceptance-check, each handed the record of the stage before it (the
+    graph's edges). Returns the round's metrics (timing/<stage>_s included)."""
     metrics: dict[str, float] = {}
+    previous: StageRun | None = None
     for stage in STAGES:
-        record = run_stage(stage, config, run_dir, round_idx)
+        previous = run_stage(stage, config, run_dir, round_idx, upstream=previous)
+        record = previous.record
         metrics |= record["metrics"]
         metrics[f"timing/{record['stage'].replace('-', '_')}_s"] = float(record["seconds"])
     _publish(RunDir(run_dir), round_idx, metrics)

@@ -4,16 +4,21 @@ One parent run per training run (tagged with the Prefect flow-run id), one neste
 Parameters are logged once; metrics are floats with step = round, on the round's run and on the
 parent (for curves). Every Parquet dataset of a round is logged on the round's run with its
 source path, its sha256 and its role ("input": the round's task pool; "output": what its stages
-wrote, the next pool included, tagged with the stage; lineage); checkpoints as artifacts or as
-references. The
-learning curve's held-out metrics (`evaluation.every`) go to the parent with step = rounds
-completed.
+wrote, the next pool included, tagged with the stage; lineage). Each round's checkpoints are
+MLflow Logged Models (their files as the model's artifacts, or with `tracking.checkpoints:
+reference` external models that record the path), registered as versions of
+`<experiment>-policy` and `<experiment>-reward-model`. The learning curve's held-out metrics
+(`evaluation.every`) go to the parent with step = rounds completed, and move each registered
+model's alias `best` to the version with the best held-out score (`BEST_BY`). MLflow reserves
+the alias `latest`: `models:/<name>/latest` is its newest version.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
+import json
 import os
 import time
 import warnings
@@ -28,7 +33,7 @@ import matplotlib.pyplot as plt
 import mlflow
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
-from mlflow.entities import Metric, Param, RunStatus
+from mlflow.entities import LoggedModelStatus, Metric, Param, RunStatus
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
@@ -50,6 +55,9 @@ ROUND_OUTPUTS = (
     ("acceptance", "acceptance-check"),
 )
 """A round's datasets that its stages write, with the stage that writes each."""
+BEST_BY = {"policy": "policy_accuracy", "reward_model": "rm_process_balanced_accuracy"}
+"""The held-out metric (`eval/<split>/<name>`, higher is better) that picks each role's `best`."""
+BEST_ALIAS = "best"
 # MLflow 3's UI opens an experiment without a kind in its GenAI view ("Evaluation runs"), which
 # hides the metric charts and run table of a training run; this kind opens the training view.
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
@@ -101,6 +109,20 @@ def open_experiment(uri: str, name: str, location: str | None = None) -> str:
                 experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND
             )
         return experiment.experiment_id
+
+
+def registered_model_name(experiment: str, role: str) -> str:
+    """The registered model that holds `role`'s checkpoints of the experiment's runs:
+    `rlanything-tiny-policy`, `rlanything-tiny-reward-model`."""
+    return f"{experiment}-{role.replace('_', '-')}"
+
+
+def eval_signature(config: RunConfig) -> str:
+    """A digest of what held-out scores depend on besides the model (the evaluation and
+    environment settings): `best` compares only versions with the same signature."""
+    fields = config.evaluation.model_dump(mode="json", exclude={"every", "curve_splits"})
+    scope = {"evaluation": fields, "environment": config.environment.model_dump(mode="json")}
+    return hashlib.sha256(json.dumps(scope, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, str]:
@@ -241,12 +263,95 @@ class Tracker:
             self._log_round_datasets(round_idx)
         for role in ROLES:
             ckpt = self.run.checkpoint(role, round_idx)
-            if not ckpt.is_dir():
-                continue
-            self.client.set_tag(child_id, f"checkpoint.{role}", str(ckpt))
-            if self.config.tracking.checkpoints == "artifact":
-                self.client.log_artifacts(child_id, str(ckpt), f"checkpoints/{role}")
+            if ckpt.is_dir():
+                self.client.set_tag(child_id, f"checkpoint.{role}", str(ckpt))
+                self._register_checkpoint(child_id, role, round_idx, ckpt)
         self.client.set_terminated(child_id, "FINISHED", end_time=int(time.time() * 1000))
+
+    def _version_tags(self, role: str, round_idx: int) -> dict[str, str]:
+        return {
+            "rlanything.parent_run_id": self.parent_id,
+            "rlanything.run_dir": str(self.run.root),
+            "rlanything.role": role,
+            "rlanything.round": str(round_idx),
+        }
+
+    def _versions(self, role: str, round_idx: int | None = None) -> list[Any]:
+        """This run's registered versions of `role` (of one round, given `round_idx`)."""
+        name = registered_model_name(self.config.tracking.experiment, role)
+        found = []
+        for version in self.client.search_model_versions(f"name = '{name}'"):
+            tags = version.tags
+            if tags.get("rlanything.parent_run_id") == self.parent_id and (
+                round_idx is None or tags.get("rlanything.round") == str(round_idx)
+            ):
+                found.append(version)
+        return found
+
+    def _register_checkpoint(self, child_id: str, role: str, round_idx: int, ckpt: Path) -> None:
+        """`role`'s checkpoint after round `round_idx` as a Logged Model of the round's run
+        (its files uploaded, or with checkpoints: reference an external model naming the path),
+        registered as a new version of `registered_model_name`. What a killed process
+        registered for this round before its round run was finished is removed first."""
+        name = registered_model_name(self.config.tracking.experiment, role)
+        model_name = f"{role.replace('_', '-')}-round-{round_idx:03d}"
+        tags = {**self._version_tags(role, round_idx), "checkpoint": str(ckpt)}
+        for stale in self._versions(role, round_idx):
+            self.client.delete_model_version(name, stale.version)
+        for model in mlflow.search_logged_models(
+            experiment_ids=[self.experiment_id],
+            filter_string=f"name = '{model_name}'",
+            output_format="list",
+        ):
+            if model.tags.get("rlanything.parent_run_id") == self.parent_id:
+                self.client.delete_logged_model(model.model_id)
+        scope = {"source_run_id": child_id, "experiment_id": self.experiment_id, "tags": tags}
+        if self.config.tracking.checkpoints == "artifact":
+            model = mlflow.initialize_logged_model(name=model_name, **scope)
+            self.client.log_model_artifacts(model.model_id, str(ckpt))
+            mlflow.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
+        else:
+            model = mlflow.create_external_model(name=model_name, **scope)
+        with contextlib.suppress(MlflowException):  # it exists (the usual case)
+            self.client.create_registered_model(
+                name, description=f"{role} checkpoints of rlanything runs, one version a round"
+            )
+        self.client.create_model_version(
+            name, model.model_uri, run_id=child_id, tags=tags, model_id=model.model_id
+        )
+
+    def _move_best(self, step: int, metrics: dict[str, float]) -> None:
+        """After the learning curve's evaluation at `step` (of the checkpoints of round
+        step - 1): tag each role's version with its held-out score (`BEST_BY`, the first split of
+        `evaluation.curve_splits`) and point the alias `best` at the highest-scoring version
+        evaluated the same way (`eval_signature`); a holder evaluated otherwise is replaced."""
+        if step == 0:
+            return  # the starting models are not versions of the run
+        signature = eval_signature(self.config)
+        split = self.config.evaluation.curve_splits[0]
+        for role, metric in BEST_BY.items():
+            key = f"eval/{split}/{metric}"
+            if key not in metrics:
+                continue
+            name = registered_model_name(self.config.tracking.experiment, role)
+            for version in self._versions(role, step - 1):
+                self.client.set_model_version_tag(name, version.version, "heldout.metric", key)
+                self.client.set_model_version_tag(
+                    name, version.version, "heldout.score", str(metrics[key])
+                )
+                self.client.set_model_version_tag(
+                    name, version.version, "heldout.signature", signature
+                )
+            wanted = {"heldout.signature": signature, "heldout.metric": key}
+            scored = [
+                v
+                for v in self.client.search_model_versions(f"name = '{name}'")
+                if all(v.tags.get(k) == want for k, want in wanted.items())
+            ]
+            if not scored:
+                continue
+            top = max(scored, key=lambda v: (float(v.tags["heldout.score"]), int(v.version)))
+            self.client.set_registered_model_alias(name, BEST_ALIAS, top.version)
 
     def _log_round_datasets(self, round_idx: int) -> None:
         """Every Parquet dataset of the round, with its role in the round (MLflow has dataset
@@ -297,8 +402,9 @@ class Tracker:
 
     def log_eval(self, step: int, metrics: dict[str, float]) -> None:
         """Held-out metrics of the models after `step` rounds on the parent run, step = rounds
-        completed. Idempotent: a batch whose first metric has a point at `step` is not logged
-        again (a resume after a crash between logging and summary.json)."""
+        completed, and the registered models' `best` aliases (`_move_best`). Idempotent: a batch
+        whose first metric has a point at `step` is not logged again (a resume after a crash
+        between logging and summary.json)."""
         stamp = int(pd.Timestamp.now().timestamp() * 1000)
         points = [Metric(k, float(v), stamp, step) for k, v in sorted(metrics.items())]
         for start in range(0, len(points), 500):
@@ -306,6 +412,7 @@ class Tracker:
             logged = self.client.get_metric_history(self.parent_id, batch[0].key)
             if not any(m.step == step for m in logged):
                 self.client.log_batch(self.parent_id, metrics=batch)
+        self._move_best(step, metrics)
 
     def log_learning_curve(self, curve: list[dict[str, float]]) -> Path:
         """PNG of held-out policy accuracy (in-domain and OOD) per rounds completed, with the 95 %

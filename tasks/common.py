@@ -6,6 +6,7 @@ import contextlib
 import errno
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,8 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.logging import get_run_logger
 from prefect.runtime import task_run
-from prefect.states import Completed
+from prefect.states import Completed, State
+from prefect.utilities.annotations import quote
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rlanything_core import failpoints
@@ -48,6 +50,10 @@ def stage_task(name: str) -> Callable[[StageBody], Any]:
     outputs, their digests and metrics. A skipped stage's task run ends in the Completed state
     named "Skipped", its message naming the marker and the marker's sha256, so the Prefect UI
     tells a resumed stage from one that ran. Retried twice on transient errors.
+
+    `upstream` is the record of the stage before it (None for the first): its outputs, which
+    this stage reads, are checked against that record before the body runs, and passing it
+    makes Prefect draw the pipeline's edge from that stage's task run to this one.
     """
 
     def wrap(body: StageBody) -> Any:
@@ -60,8 +66,12 @@ def stage_task(name: str) -> Callable[[StageBody], Any]:
             retry_condition_fn=retry_if_transient,
             cache_policy=NO_CACHE,
         )
-        def run(config: RunConfig, run_dir: str, round_idx: int) -> Any:
+        def run(
+            config: RunConfig, run_dir: str, round_idx: int, upstream: dict[str, Any] | None = None
+        ) -> Any:
             run = RunDir(run_dir)
+            if upstream is not None:
+                run.verify(upstream["round"], upstream["stage"], upstream)
             done = run.finished(round_idx, name)
             if done is not None:
                 run.verify(round_idx, name, done)
@@ -81,11 +91,35 @@ def stage_task(name: str) -> Callable[[StageBody], Any]:
     return wrap
 
 
-def run_stage(stage: Any, config: RunConfig, run_dir: str, round_idx: int) -> dict[str, Any]:
-    """Call a `stage_task` and return its record (the marker's contents), whether the stage ran
-    or was skipped; an error in the stage is raised as it was."""
-    record: dict[str, Any] = stage(config, run_dir, round_idx, return_state=True).result()
-    return record
+@dataclass(frozen=True)
+class StageRun:
+    """A stage task's outcome: its record (the marker's contents) and its final Prefect state."""
+
+    record: dict[str, Any]
+    state: State
+
+
+def run_stage(
+    stage: Any,
+    config: RunConfig,
+    run_dir: str,
+    round_idx: int,
+    upstream: StageRun | None = None,
+) -> StageRun:
+    """Call a `stage_task`, whether the stage runs or is skipped; an error in the stage is
+    raised as it was. `upstream`: the stage before it, whose record the task receives and
+    whose task run Prefect draws as its parent in the flow run's graph (the record is handed
+    over quoted: Prefect would otherwise match its nested objects against earlier results by
+    `id()` and could draw edges to stages that ran before)."""
+    state = stage(
+        config,
+        run_dir,
+        round_idx,
+        upstream=None if upstream is None else quote(upstream.record),
+        wait_for=None if upstream is None else [upstream.state],
+        return_state=True,
+    )
+    return StageRun(state.result(), state)
 
 
 def _run_name(stage: str) -> str:

@@ -4,6 +4,7 @@ models, MLflow on a temporary SQLite store."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 from collections.abc import Iterator
@@ -117,7 +118,10 @@ def _artifact_keys(flow_run_id: Any) -> set[str]:
 
 
 def test_two_rounds_end_to_end(tmp_path: Path) -> None:
-    config = tiny(rounds=2)
+    # held-out evaluation of the start and of the end, which moves the `best` aliases
+    data = tiny(rounds=2).model_dump()
+    data["evaluation"] = {"num_tasks": 2, "rollouts_per_task": 1, "every": 2}
+    config = RunConfig.model_validate(data)
     run = RunDir(tmp_path / "run")
     summary = rlanything_train(config=config, run_dir=str(run.root))
 
@@ -135,6 +139,19 @@ def test_two_rounds_end_to_end(tmp_path: Path) -> None:
     names = sorted(t.name for t in task_runs)
     assert names == sorted(f"{s}-round-{r}" for s in STAGES for r in range(2))
     assert all(t.state.is_completed() for t in task_runs)
+    # each stage was handed the previous stage's record and waited for its task run: the edges
+    # of the round's graph in the Prefect UI
+    for round_run in {t.flow_run_id for t in task_runs}:
+        with get_client(sync_client=True) as client:
+            graph = client._client.get(f"/flow_runs/{round_run}/graph-v2").json()
+        nodes = {node_id: node for node_id, node in graph["nodes"]}
+        edges = {
+            (nodes[parent["id"]]["label"].rsplit("-round-", 1)[0], node["label"])
+            for node in nodes.values()
+            for parent in node["parents"]
+        }
+        r = nodes[next(iter(nodes))]["label"].rsplit("-round-", 1)[1]
+        assert edges == {(a, f"{b}-round-{r}") for a, b in itertools.pairwise(STAGES)}
     # one table of rewrites and one summary per round and run, the decision columns first
     slug = run.root.name.lower().replace("_", "-")
     keys = set().union(*(_artifact_keys(i) for i in {t.flow_run_id for t in task_runs}))
@@ -167,6 +184,9 @@ def test_two_rounds_end_to_end(tmp_path: Path) -> None:
         [parent.info.experiment_id],
         filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'",
     )
+    evaluations = [c for c in children if c.data.tags.get("rlanything.kind") == "eval"]
+    children = [c for c in children if c not in evaluations]
+    assert len(evaluations) == 2  # steps 0 and 2 of the learning curve
     assert sorted(c.data.tags["rlanything.round"] for c in children) == ["0", "1"]
     for child in children:
         r = int(child.data.tags["rlanything.round"])
@@ -191,8 +211,30 @@ def test_two_rounds_end_to_end(tmp_path: Path) -> None:
         stages = sum(v for k, v in child.data.metrics.items() if k.startswith("timing/"))
         assert child.info.end_time - child.info.start_time >= 1000 * stages
         assert child.data.params["round"] == str(r) and child.data.params["mode"] == "env"
-        artifacts = {a.path for a in client.list_artifacts(child.info.run_id, "checkpoints")}
-        assert artifacts == {"checkpoints/policy", "checkpoints/reward_model"}
+        # both checkpoints: Logged Models of the round's run, registered as versions, whose
+        # files are the checkpoint's
+        for role in ("policy", "reward_model"):
+            name = f"rlanything-tiny-{role.replace('_', '-')}"
+            found = client.search_model_versions(f"name = '{name}'")
+            (version,) = [v for v in found if v.run_id == child.info.run_id]
+            assert version.tags["rlanything.round"] == str(r)
+            assert version.source.startswith("models:/m-")  # a Logged Model
+            local = Path(mlflow.artifacts.download_artifacts(f"models:/{name}/{version.version}"))
+            assert _weights(local).keys() == _weights(run.checkpoint(role, r)).keys()
+            ckpt = run.checkpoint(role, r) / "model.safetensors"
+            assert (local / "model.safetensors").read_bytes() == ckpt.read_bytes(), role
+    # `best`: the round-1 checkpoints, the only evaluated versions of this run (step 2)
+    for role, key in (
+        ("policy", "eval/id/policy_accuracy"),
+        ("reward_model", "eval/id/rm_process_balanced_accuracy"),
+    ):
+        name = f"rlanything-tiny-{role.replace('_', '-')}"
+        best = client.get_model_version_by_alias(name, "best")
+        assert best.tags["rlanything.parent_run_id"] == parent.info.run_id
+        assert best.tags["rlanything.round"] == "1" and best.tags["heldout.metric"] == key
+        assert float(best.tags["heldout.score"]) == summary["eval"][-1][key]
+        one_line = mlflow.artifacts.download_artifacts(f"models:/{name}@best")
+        assert (Path(one_line) / "model.safetensors").is_file()
     assert (run.root / "plots" / "accuracy.png").is_file()
 
     # the parameters changed: policy and reward model differ from where they started
@@ -435,6 +477,20 @@ def test_learning_curve_evaluates_every_round_once(tmp_path: Path) -> None:
     assert (run.root / "eval" / "step_002" / "eval.json").stat().st_mtime_ns == stamp
     history = client.get_metric_history(summary["mlflow_run_id"], "eval/id/policy_accuracy")
     assert sorted(m.step for m in history) == [0, 1, 2]
+    # the policy's versions (external models: checkpoints: reference) carry their held-out
+    # scores, once each, and `best` names the better one; the fixed reward model has none
+    versions = [
+        v
+        for v in client.search_model_versions("name = 'rlanything-tiny-policy'")
+        if v.tags.get("rlanything.parent_run_id") == summary["mlflow_run_id"]
+    ]
+    scores = {int(v.tags["rlanything.round"]): float(v.tags["heldout.score"]) for v in versions}
+    assert scores == {s - 1: summary["eval"][s]["eval/id/policy_accuracy"] for s in (1, 2)}
+    best = client.get_model_version_by_alias("rlanything-tiny-policy", "best")
+    assert best.tags["rlanything.parent_run_id"] == summary["mlflow_run_id"]
+    assert float(best.tags["heldout.score"]) == max(scores.values())
+    best_round = int(best.tags["rlanything.round"])
+    assert best.tags["checkpoint"] == str(run.checkpoint("policy", best_round))
 
 
 def test_ablate_one_seed_one_round(tmp_path: Path) -> None:
