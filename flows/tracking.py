@@ -158,6 +158,7 @@ class Tracker:
         if "mlflow_run_id" in state:
             self.parent_id: str = state["mlflow_run_id"]
             self.client.update_run(self.parent_id, status="RUNNING")
+            self.kill_leftovers(flow_run_id)
         else:
             parent = self.client.create_run(
                 self.experiment_id,
@@ -174,6 +175,25 @@ class Tracker:
             run.save_state({**state, "mlflow_run_id": self.parent_id})
         if flow_run_id:  # the latest flow run that worked on this run (resumes add new ones)
             self.client.set_tag(self.parent_id, "prefect.last_flow_run_id", flow_run_id)
+
+    def kill_leftovers(self, flow_run_id: str | None) -> list[str]:
+        """Mark KILLED (MLflow's word for Prefect's Crashed) the nested runs that a killed
+        process left RUNNING under this run: a round run it was logging, an evaluation. They
+        stay in the run list, tagged with the flow run that superseded them; a round's next
+        attempt logs a new run. Returns their ids."""
+        left = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=(
+                f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{self.parent_id}' "
+                "and attributes.status = 'RUNNING'"
+            ),
+        )
+        for stale in left:
+            self.client.set_tag(
+                stale.info.run_id, "rlanything.superseded_by", flow_run_id or "a resume"
+            )
+            self.client.set_terminated(stale.info.run_id, "KILLED")
+        return [stale.info.run_id for stale in left]
 
     def _log_params(self, run_id: str, extra: dict[str, str]) -> None:
         """The config, flattened (`policy.update.lr`), and `extra` as params of `run_id`."""
@@ -227,7 +247,7 @@ class Tracker:
         for existing in found:
             if existing.info.status == RunStatus.to_string(RunStatus.FINISHED):
                 return existing.info.run_id, True
-            self.client.delete_run(existing.info.run_id)  # half-logged by a crashed run
+        # none finished: attempts of killed processes stay KILLED (`kill_leftovers`)
         child = self.client.create_run(
             self.experiment_id,
             start_time=None if started is None else int(started * 1000),

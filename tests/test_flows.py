@@ -889,7 +889,8 @@ def test_rewrite_table_names_the_changed_fields_and_keys_are_valid() -> None:
 
 def test_resume_marks_what_a_killed_run_left_running_as_crashed(tmp_path: Path) -> None:
     """A SIGKILL leaves the flow run, its round subflow and a stage task "Running" in Prefect
-    forever; the next flow run on the run directory marks them Crashed, naming itself."""
+    forever, and in MLflow the round run it was logging; the next flow run on the run directory
+    marks them Crashed (MLflow: KILLED), naming itself, and logs the round anew."""
     from prefect.client.schemas.filters import (
         FlowRunFilter,
         FlowRunFilterId,
@@ -912,8 +913,28 @@ def test_resume_marks_what_a_killed_run_left_running_as_crashed(tmp_path: Path) 
         for flow_run_id in (killed, round_run.id):
             client.set_flow_run_state(flow_run_id, Running(), force=True)
         client.set_task_run_state(stage.id, Running(), force=True)
+    # MLflow: the process died while logging the round: its run RUNNING, the round not listed
+    ml = mlflow.tracking.MlflowClient()
+    parent_id = json.loads(run.summary_path.read_text())["mlflow_run_id"]
+    experiment = ml.get_run(parent_id).info.experiment_id
+    by_round = f"tags.mlflow.parentRunId = '{parent_id}' and tags.`rlanything.round` = '0'"
+    (half_logged,) = ml.search_runs([experiment], filter_string=by_round)
+    ml.update_run(half_logged.info.run_id, status="RUNNING")
+    stored = json.loads(run.summary_path.read_text())
+    stored["rounds"] = []
+    run.summary_path.write_text(json.dumps(stored))
 
     resumed = rlanything_train(config=config, run_dir=str(run.root))["prefect_flow_run_ids"][1]
+    attempts = {r.info.run_id: r for r in ml.search_runs([experiment], filter_string=by_round)}
+    assert attempts[half_logged.info.run_id].info.status == "KILLED"
+    assert attempts[half_logged.info.run_id].data.tags["rlanything.superseded_by"] == resumed
+    assert [r.info.status for k, r in attempts.items() if k != half_logged.info.run_id] == [
+        "FINISHED"
+    ]
+    versions = ml.search_model_versions("name = 'rlanything-tiny-policy'")
+    assert [v.run_id for v in versions if v.tags["rlanything.parent_run_id"] == parent_id] == [
+        k for k in attempts if k != half_logged.info.run_id
+    ]
     with get_client(sync_client=True) as client:
         for flow_run_id in (killed, round_run.id):
             state = client.read_flow_run(flow_run_id).state
