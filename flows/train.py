@@ -31,7 +31,7 @@ from prefect.states import Completed, Crashed
 from flows.evaluate import rlanything_eval
 from flows.round import rlanything_round
 from flows.tracking import Tracker
-from rlanything_core.config import RunConfig
+from rlanything_core.config import ConfigError, RunConfig, load_config
 from rlanything_core.pool import initial_pool
 from rlanything_core.rundir import WARM_START, RunDir, write_json
 from rlanything_core.schemas import write_dataset
@@ -61,14 +61,35 @@ def expand_run_dir(template: str) -> str:
         ) from exc
 
 
+def pick_config(config: RunConfig | None, config_file: str | None) -> RunConfig:
+    """The run config given either as the config itself or as the path of a YAML file
+    (relative paths: to the working directory, which for a deployment is the clone it was
+    deployed from); exactly one of the two."""
+    if (config is None) == (config_file is None):
+        raise ConfigError(
+            "give the run config either as `config` or as `config_file` (a YAML path such as "
+            "configs/tiny.yaml), not "
+            + ("both" if config is not None else "neither")
+            + "; e.g. prefect deployment run rlanything-train/nightly-tiny "
+            "--param config_file=configs/tiny.yaml"
+        )
+    return config if config is not None else load_config(str(config_file))
+
+
 @flow(name="rlanything-train")
-def rlanything_train(config: RunConfig, run_dir: str = "runs/latest") -> Any:
-    """Run (or continue) `config.rounds` rounds in `run_dir`; returns the summary.
+def rlanything_train(
+    config: RunConfig | None = None,
+    run_dir: str = "runs/latest",
+    config_file: str | None = None,
+) -> Any:
+    """Run (or continue) the config's rounds in `run_dir`; returns the summary. The config is
+    `config` or the YAML file `config_file` (`pick_config`).
 
     `run_dir` may hold {date}, {flow_run_name} and {flow_run_id} (`expand_run_dir`): a scheduled
     deployment then trains a new run every time. A run directory that already has every round
     and evaluation trains nothing: the log says so, and the flow run ends in the Completed state
     named "AlreadyFinished" (a caller of the function still gets the summary)."""
+    config = pick_config(config, config_file)
     run = RunDir(expand_run_dir(run_dir))
     run.init(config)
     before = (

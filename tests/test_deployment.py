@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
-from flows.train import rlanything_train
-from rlanything_core.config import RunConfig, load_config
+from flows.train import pick_config, rlanything_train
+from rlanything_core.config import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,16 +25,27 @@ def test_deployment_entrypoint_and_parameters() -> None:
     # every night trains a run directory of its own (test_flows.py checks the expansion)
     assert "{date}" in nightly["parameters"]["run_dir"]
     assert "{flow_run_name}" in nightly["parameters"]["run_dir"]
-    config = RunConfig.model_validate(nightly["parameters"]["config"])
-    # the nightly deployment runs the tiny config, apart from where its runs are tracked
+    # the config is a file of the clone, by path; no pull step: workers run in the clone
+    assert nightly["parameters"]["config_file"] == "configs/tiny.yaml"
+    assert load_config(ROOT / nightly["parameters"]["config_file"]).rounds >= 1
+    assert deployments["gpu-node"]["parameters"]["config_file"] == "configs/gpu-node.yaml"
+    assert load_config(ROOT / "configs" / "gpu-node.yaml").policy.model.engine is not None
+    assert spec["pull"] is None
+
+
+def test_config_is_given_once() -> None:
     tiny = load_config(ROOT / "configs" / "tiny.yaml")
-    assert config.model_copy(update={"tracking": tiny.tracking}) == tiny
-    gpu = RunConfig.model_validate(deployments["gpu-node"]["parameters"]["config"])
-    assert gpu == load_config(ROOT / "configs" / "gpu-node.yaml")
+    assert pick_config(None, str(ROOT / "configs" / "tiny.yaml")) == tiny
+    assert pick_config(tiny, None) is tiny
+    for config, path in ((None, None), (tiny, "configs/tiny.yaml")):
+        with pytest.raises(ConfigError, match="either as `config` or as `config_file`"):
+            pick_config(config, path)
+    with pytest.raises(ConfigError, match="does not exist"):
+        pick_config(None, "configs/no-such.yaml")
 
 
 def test_flow_parameters_render_as_a_form() -> None:
     schema = rlanything_train.parameters.model_dump()
-    assert set(schema["properties"]) == {"config", "run_dir"}
+    assert set(schema["properties"]) == {"config", "run_dir", "config_file"}
     definitions = schema["definitions"]
     assert "RunConfig" in definitions and "mode" in definitions["RunConfig"]["properties"]
