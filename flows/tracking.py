@@ -154,9 +154,15 @@ class Tracker:
             self.uri, config.tracking.experiment, config.tracking.artifact_location
         )
         self.client = MlflowClient(self.uri)
+        self.started = time.time()
+        self.idle = False
+        """Set when this attempt trained nothing (`finish` then leaves the run as it was)."""
+        self.previous: tuple[str, int | None] | None = None
         state = run.load_state()
         if "mlflow_run_id" in state:
             self.parent_id: str = state["mlflow_run_id"]
+            info = self.client.get_run(self.parent_id).info
+            self.previous = (info.status, info.end_time)
             self.client.update_run(self.parent_id, status="RUNNING")
             self.kill_leftovers(flow_run_id)
         else:
@@ -499,6 +505,20 @@ class Tracker:
         self.finish()
 
     def finish(self, status: str = "FINISHED") -> None:
+        """End the parent run with `status` now, and log `time/active_s`: the seconds the
+        processes that worked on the run spent on it, summed over attempts (resumes), which
+        leaves out the time between a crash and its resume that the run's duration includes.
+        An `idle` attempt (a finished run started again) gets the status and end time the run
+        had, so that its duration does not grow."""
+        if self.idle and self.previous is not None and self.previous[0] != "RUNNING":
+            previous_status, previous_end = self.previous
+            self.client.set_terminated(self.parent_id, previous_status, end_time=previous_end)
+            return
+        state = self.run.load_state()
+        active = float(state.get("active_seconds", 0.0)) + time.time() - self.started
+        attempts = int(state.get("attempts", 0)) + 1
+        self.run.save_state({**state, "active_seconds": active, "attempts": attempts})
+        self.client.log_metric(self.parent_id, "time/active_s", active, step=attempts)
         self.client.set_terminated(self.parent_id, status)
 
     def ui_hint(self) -> str:

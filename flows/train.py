@@ -97,8 +97,9 @@ def rlanything_train(
     )
     with Tracker(run, config, flow_run.get_id()).finishing() as tracker:
         summary = train_rounds(config, run, tracker)
+        tracker.idle = before == _progress(summary)
     summary["mlflow_ui"] = tracker.ui_hint()
-    if before == _progress(summary):
+    if tracker.idle:
         message = (
             f"{run.root} already has all {config.rounds} round(s) and evaluations: nothing was "
             "trained. Raise `rounds` to continue it, or give run_dir a {date} or "

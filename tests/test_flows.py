@@ -7,6 +7,7 @@ import hashlib
 import itertools
 import json
 import math
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -287,10 +288,18 @@ def test_each_flow_run_trains_its_own_run_dir_and_a_finished_one_says_so(tmp_pat
         dirs.append(root)
     assert dirs[0] != dirs[1]  # two nights, two runs: the second trained too
 
+    client = mlflow.tracking.MlflowClient()
+    parent = client.get_run(first.result()["mlflow_run_id"]).info
+    time.sleep(1.1)
     again = rlanything_train(config=config, run_dir=str(dirs[0]), return_state=True)
     assert again.is_completed() and again.name == "AlreadyFinished"
     assert "nothing was trained" in (again.message or "")
     assert again.result()["run_dir"] == str(dirs[0]) and len(again.result()["rounds"]) == 1
+    # MLflow: the idle attempt leaves the run as it was, its duration does not grow
+    after = client.get_run(parent.run_id).info
+    assert (after.status, after.end_time) == ("FINISHED", parent.end_time)
+    (active,) = client.get_metric_history(parent.run_id, "time/active_s")
+    assert 0 < active.value <= (parent.end_time - parent.start_time) / 1000 + 0.5
 
     with pytest.raises(ValueError, match=r"placeholder other than \{date\}"):
         rlanything_train(config=config, run_dir=str(tmp_path / "{night}"))
