@@ -90,10 +90,20 @@ def _print_summary(summary: dict[str, Any], seconds: float) -> None:
         )
     flow_run_id = summary["prefect_flow_run_ids"][-1]
     console.print(f"finished in {seconds:.0f} s; files in {summary['run_dir']}")
-    console.print(
-        f"Prefect UI:  prefect server start  → http://127.0.0.1:4200/runs/flow-run/{flow_run_id}"
-    )
+    console.print(f"Prefect UI:  {prefect_ui_hint(flow_run_id)}")
     console.print(f"MLflow UI:   {summary['mlflow_ui']}")
+
+
+def prefect_ui_hint(flow_run_id: str) -> str:
+    """Where the Prefect UI shows a flow run: on the server of PREFECT_API_URL when one is set,
+    else on a `prefect server start` of this machine (the run used a throwaway server that
+    kept its records in PREFECT_HOME's database)."""
+    from prefect.settings import PREFECT_API_URL
+
+    api = PREFECT_API_URL.value()
+    if api:
+        return f"{api.rstrip('/').removesuffix('/api')}/runs/flow-run/{flow_run_id}"
+    return f"prefect server start  → http://127.0.0.1:4200/runs/flow-run/{flow_run_id}"
 
 
 def _train(args: argparse.Namespace) -> int:

@@ -33,7 +33,7 @@ import matplotlib.pyplot as plt
 import mlflow
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
-from mlflow.entities import LoggedModelStatus, Metric, Param, RunStatus
+from mlflow.entities import LoggedModelOutput, LoggedModelStatus, Metric, Param, RunStatus
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
@@ -62,6 +62,8 @@ BEST_ALIAS = "best"
 # hides the metric charts and run table of a training run; this kind opens the training view.
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
+TRAINING_VIEW = "workflowType=machine_learning"
+"""The query that makes MLflow 3.17's UI show the model-training view (its default is GenAI)."""
 
 
 def tracking_uri() -> str:
@@ -338,6 +340,8 @@ class Tracker:
             mlflow.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
         else:
             model = mlflow.create_external_model(name=model_name, **scope)
+        # the round's run lists it under "Logged models" (source_run_id alone does not)
+        self.client.log_outputs(child_id, [LoggedModelOutput(model.model_id, round_idx)])
         with contextlib.suppress(MlflowException):  # it exists (the usual case)
             self.client.create_registered_model(
                 name, description=f"{role} checkpoints of rlanything runs, one version a round"
@@ -522,9 +526,12 @@ class Tracker:
         self.client.set_terminated(self.parent_id, status)
 
     def ui_hint(self) -> str:
+        """How to open the parent run in the MLflow UI, in its model-training view: MLflow 3.17's
+        UI opens the GenAI view unless the link says `workflowType=machine_learning` (it then
+        remembers the choice in the browser); the experiment's kind tag alone does not do it."""
         return (
-            f"mlflow ui --backend-store-uri {self.uri}  → "
-            f"http://127.0.0.1:5000/#/experiments/{self.experiment_id}/runs/{self.parent_id}"
+            f"mlflow ui --backend-store-uri {self.uri}  → http://127.0.0.1:5000/#/experiments/"
+            f"{self.experiment_id}/runs/{self.parent_id}?{TRAINING_VIEW}"
         )
 
 

@@ -108,11 +108,11 @@ def run_stage(
 ) -> StageRun:
     """Call a `stage_task`, whether the stage runs or is skipped; an error in the stage is
     raised as it was. `upstream`: the stage before it, whose record the task receives and
-    whose task run Prefect draws as its parent in the flow run's graph (the record is handed
-    over quoted: Prefect would otherwise match its nested objects against earlier results by
-    `id()` and could draw edges to stages that ran before)."""
+    whose task run Prefect draws as its parent in the flow run's graph. The config and the
+    record are handed over quoted: Prefect would otherwise look up their nested objects among
+    earlier results by `id()`, and a recycled id draws an edge from a stage that ran before."""
     state = stage(
-        config,
+        quote(config),
         run_dir,
         round_idx,
         upstream=None if upstream is None else quote(upstream.record),

@@ -219,7 +219,9 @@ def test_two_rounds_end_to_end(tmp_path: Path) -> None:
             found = client.search_model_versions(f"name = '{name}'")
             (version,) = [v for v in found if v.run_id == child.info.run_id]
             assert version.tags["rlanything.round"] == str(r)
-            assert version.source.startswith("models:/m-")  # a Logged Model
+            assert version.source.startswith("models:/m-")  # a Logged Model, the run's output
+            outputs = {o.model_id for o in child.outputs.model_outputs}
+            assert version.source.removeprefix("models:/") in outputs
             local = Path(mlflow.artifacts.download_artifacts(f"models:/{name}/{version.version}"))
             assert _weights(local).keys() == _weights(run.checkpoint(role, r)).keys()
             ckpt = run.checkpoint(role, r) / "model.safetensors"
