@@ -188,7 +188,8 @@ class Tracker:
         """Mark KILLED (MLflow's word for Prefect's Crashed) the nested runs that a killed
         process left RUNNING under this run: a round run it was logging, an evaluation. They
         stay in the run list, tagged with the flow run that superseded them; a round's next
-        attempt logs a new run. Returns their ids."""
+        attempt logs a new run. The run of a nested training run (an RLoop cycle, tagged
+        with its run directory) is left alone: its own Tracker resumes it. Returns their ids."""
         left = self.client.search_runs(
             [self.experiment_id],
             filter_string=(
@@ -196,6 +197,7 @@ class Tracker:
                 "and attributes.status = 'RUNNING'"
             ),
         )
+        left = [r for r in left if "rlanything.run_dir" not in r.data.tags]
         for stale in left:
             self.client.set_tag(
                 stale.info.run_id, "rlanything.superseded_by", flow_run_id or "a resume"
