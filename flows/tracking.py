@@ -511,7 +511,7 @@ class Tracker:
         self.finish()
 
     def finish(self, status: str = "FINISHED") -> None:
-        """End the parent run with `status` now, and log `time/active_s`: the seconds the
+        """End the parent run with `status` now, and log `timing/active_s`: the seconds the
         processes that worked on the run spent on it, summed over attempts (resumes), which
         leaves out the time between a crash and its resume that the run's duration includes.
         An `idle` attempt (a finished run started again) gets the status and end time the run
@@ -524,7 +524,7 @@ class Tracker:
         active = float(state.get("active_seconds", 0.0)) + time.time() - self.started
         attempts = int(state.get("attempts", 0)) + 1
         self.run.save_state({**state, "active_seconds": active, "attempts": attempts})
-        self.client.log_metric(self.parent_id, "time/active_s", active, step=attempts)
+        self.client.log_metric(self.parent_id, "timing/active_s", active, step=attempts)
         self.client.set_terminated(self.parent_id, status)
 
     def ui_hint(self) -> str:

@@ -300,7 +300,7 @@ def test_each_flow_run_trains_its_own_run_dir_and_a_finished_one_says_so(tmp_pat
     # MLflow: the idle attempt leaves the run as it was, its duration does not grow
     after = client.get_run(parent.run_id).info
     assert (after.status, after.end_time) == ("FINISHED", parent.end_time)
-    (active,) = client.get_metric_history(parent.run_id, "time/active_s")
+    (active,) = client.get_metric_history(parent.run_id, "timing/active_s")
     assert 0 < active.value <= (parent.end_time - parent.start_time) / 1000 + 0.5
 
     with pytest.raises(ValueError, match=r"placeholder other than \{date\}"):
