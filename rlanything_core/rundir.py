@@ -210,9 +210,27 @@ class RunDir:
     # -- config and state -------------------------------------------------------------------
 
     def init(self, config: RunConfig) -> None:
-        """Write config.yaml, or check that an existing one is the same config."""
+        """Write config.yaml, or check that an existing one is the same config. A config that
+        differs only in `rounds` continues the run (more rounds) or ends it sooner, but never
+        below the rounds summary.json lists as done; config.yaml then takes the new count."""
         if self.config_path.is_file():
             existing = load_config(self.config_path)
+            if existing != config and existing.model_copy(update={"rounds": config.rounds}) == (
+                config
+            ):
+                done = (
+                    len(json.loads(self.summary_path.read_text())["rounds"])
+                    if self.summary_path.is_file()
+                    else 0
+                )
+                if config.rounds < done:
+                    raise ConfigError(
+                        f"{self.root} has {done} round(s) done; rounds: {config.rounds} would "
+                        f"undo some. Give rounds >= {done} to continue it."
+                    )
+                with atomic_path(self.config_path) as tmp:
+                    tmp.write_text(dump_config(config))
+                return
             if existing != config:
                 raise ConfigError(
                     f"{self.root} already holds a run with a different config; continue it with "

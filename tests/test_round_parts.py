@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -282,6 +283,14 @@ def test_run_dir_refuses_a_different_config(tmp_path: Path) -> None:
     run.init(RunConfig())  # the same config: fine (a resume)
     with pytest.raises(ConfigError, match=r"different config.*rlanything resume"):
         run.init(RunConfig(seed=1))
+    # only `rounds` differs: the run continues (or stops sooner), never below what is done
+    run.init(RunConfig(rounds=7))
+    assert load_config(run.config_path) == RunConfig(rounds=7)
+    run.summary_path.write_text(json.dumps({"rounds": [{"round": r} for r in range(5)]}))
+    run.init(RunConfig(rounds=5))
+    with pytest.raises(ConfigError, match=r"5 round\(s\) done; rounds: 4"):
+        run.init(RunConfig(rounds=4))
+    assert load_config(run.config_path) == RunConfig(rounds=5)
 
 
 def test_environment_ranges_shape_the_configured_split_only() -> None:
