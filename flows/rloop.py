@@ -67,10 +67,11 @@ def _cycle(base: RunConfig, root: RunDir, c: int, rloop_id: str) -> dict[str, An
     with Tracker(run, config, flow_run.get_id(), parent_run_id=rloop_id).finishing() as tracker:
         rounds = train_rounds(config, run, tracker)["rounds"]
         metrics: dict[str, float] = {}
-        previous: StageRun | None = None
+        done: list[StageRun] = []  # kept until the cycle ends (`run_stage`: no recycled ids)
         for stage in EXPLOITATION_STAGES:
-            previous = run_stage(stage, config, str(run.root), EXPLOITATION, upstream=previous)
-            metrics |= previous.record["metrics"]
+            upstream = done[-1] if done else None
+            done.append(run_stage(stage, config, str(run.root), EXPLOITATION, upstream))
+            metrics |= done[-1].record["metrics"]
         refined = run.refined_checkpoint()
         if config.rloop.evaluate:
             metrics |= _evaluate(config, run, str(refined), tracker.parent_id)

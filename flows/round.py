@@ -31,10 +31,10 @@ def rlanything_round(config: RunConfig, run_dir: str, round_idx: int) -> dict[st
     task-rewriting → acceptance-check, each handed the record of the stage before it (the
     graph's edges). Returns the round's metrics (timing/<stage>_s included)."""
     metrics: dict[str, float] = {}
-    previous: StageRun | None = None
+    done: list[StageRun] = []  # kept until the round ends (`run_stage`: no recycled ids)
     for stage in STAGES:
-        previous = run_stage(stage, config, run_dir, round_idx, upstream=previous)
-        record = previous.record
+        done.append(run_stage(stage, config, run_dir, round_idx, done[-1] if done else None))
+        record = done[-1].record
         metrics |= record["metrics"]
         metrics[f"timing/{record['stage'].replace('-', '_')}_s"] = float(record["seconds"])
     _publish(RunDir(run_dir), round_idx, metrics)

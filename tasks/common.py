@@ -108,9 +108,14 @@ def run_stage(
 ) -> StageRun:
     """Call a `stage_task`, whether the stage runs or is skipped; an error in the stage is
     raised as it was. `upstream`: the stage before it, whose record the task receives and
-    whose task run Prefect draws as its parent in the flow run's graph. The config and the
-    record are handed over quoted: Prefect would otherwise look up their nested objects among
-    earlier results by `id()`, and a recycled id draws an edge from a stage that ran before."""
+    whose task run Prefect draws as its parent in the flow run's graph.
+
+    Prefect links a task to earlier results by the `id()` of the objects it is handed, their
+    components included, and keeps only the ids of plain dicts: an address that a freed result
+    left and a new object took draws an edge from a stage that ran before. So the config and the
+    record are handed over quoted (not looked at), and the caller keeps every StageRun of the
+    flow alive until the flow ends, so that no result's address is reused while Prefect still
+    maps it (the state handed to `wait_for` is looked into)."""
     state = stage(
         quote(config),
         run_dir,
