@@ -21,41 +21,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import yaml
 from playwright.sync_api import Page, sync_playwright
 
-from rlanything_core.services import free_port
+from rlanything_core.services import Service, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-
-
-@contextmanager
-def server(command: list[str], env: dict[str, str], ready: str) -> Iterator[None]:
-    """A server process, up once `ready` (a URL) answers; stopped on exit."""
-    process = subprocess.Popen(
-        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        deadline = time.time() + 300
-        while True:
-            try:
-                if httpx.get(ready, timeout=5).status_code < 500:
-                    break
-            except httpx.HTTPError:
-                pass
-            if process.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"{command[0]} did not start ({ready})")
-            time.sleep(1)
-        yield
-    finally:
-        process.terminate()
-        process.wait(timeout=60)
 
 
 def shoot(
@@ -86,13 +61,24 @@ def main() -> None:
         "MLFLOW_TRACKING_URI": store,
         "RLANYTHING_DATA": str(work / "data"),
     }
-    prefect = [str(BIN / "prefect"), "server", "start", "--port", str(prefect_port)]
-    mlflow = [str(BIN / "mlflow"), "server", "--backend-store-uri", store]
-    mlflow += ["--port", str(mlflow_port), "--host", "127.0.0.1"]
+    prefect = Service(
+        [str(BIN / "prefect"), "server", "start", "--port", str(prefect_port)],
+        port=prefect_port,
+        env=env,
+        startup_timeout_s=300,
+        health_path="/api/health",
+    )
+    serve = ["server", "--backend-store-uri", store, "--port", str(mlflow_port)]
+    mlflow = Service(
+        [str(BIN / "mlflow"), *serve, "--host", "127.0.0.1"],
+        port=mlflow_port,
+        env=env,
+        startup_timeout_s=300,
+    )
     config = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
     config["evaluation"] = {"num_tasks": 4, "rollouts_per_task": 2, "every": 1}
     (work / "config.yaml").write_text(yaml.safe_dump(config))
-    with server(prefect, env, f"{api}/health"):
+    with prefect:
         run = work / "run"
         train = ["train", "--config", str(work / "config.yaml"), "--run-dir", str(run)]
         subprocess.run(
@@ -107,7 +93,7 @@ def main() -> None:
             json={"flow_runs": {"parent_flow_run_id": {"any_": [parent_flow]}}},
         ).json()
         round_flow = next(r["id"] for r in rounds if r["name"] == "round-1")
-        with server(mlflow, env, f"http://127.0.0.1:{mlflow_port}/health"):
+        with mlflow:
             import mlflow as ml
 
             client = ml.MlflowClient(store)

@@ -199,10 +199,18 @@ class Tracker:
         )
         left = [r for r in left if "rlanything.run_dir" not in r.data.tags]
         for stale in left:
-            self.client.set_tag(
-                stale.info.run_id, "rlanything.superseded_by", flow_run_id or "a resume"
-            )
-            self.client.set_terminated(stale.info.run_id, "KILLED")
+            run_id = stale.info.run_id
+            self.client.set_tag(run_id, "rlanything.superseded_by", flow_run_id or "a resume")
+            self.client.set_terminated(run_id, "KILLED")
+            # what it registered before dying: the round's next attempt registers its own
+            for version in self.client.search_model_versions(f"run_id = '{run_id}'"):
+                self.client.delete_model_version(version.name, version.version)
+            for model in mlflow.search_logged_models(
+                experiment_ids=[self.experiment_id],
+                filter_string=f"source_run_id = '{run_id}'",
+                output_format="list",
+            ):
+                self.client.delete_logged_model(model.model_id)
         return [stale.info.run_id for stale in left]
 
     def _log_params(self, run_id: str, extra: dict[str, str]) -> None:
@@ -298,14 +306,6 @@ class Tracker:
                 self._register_checkpoint(child_id, role, round_idx, ckpt)
         self.client.set_terminated(child_id, "FINISHED", end_time=int(time.time() * 1000))
 
-    def _version_tags(self, role: str, round_idx: int) -> dict[str, str]:
-        return {
-            "rlanything.parent_run_id": self.parent_id,
-            "rlanything.run_dir": str(self.run.root),
-            "rlanything.role": role,
-            "rlanything.round": str(round_idx),
-        }
-
     def _versions(self, role: str, round_idx: int | None = None) -> list[Any]:
         """This run's registered versions of `role` (of one round, given `round_idx`)."""
         name = registered_model_name(self.config.tracking.experiment, role)
@@ -321,20 +321,17 @@ class Tracker:
     def _register_checkpoint(self, child_id: str, role: str, round_idx: int, ckpt: Path) -> None:
         """`role`'s checkpoint after round `round_idx` as a Logged Model of the round's run
         (its files uploaded, or with checkpoints: reference an external model naming the path),
-        registered as a new version of `registered_model_name`. What a killed process
-        registered for this round before its round run was finished is removed first."""
+        registered as a new version of `registered_model_name`. (What a killed process
+        registered before its round run was finished, `kill_leftovers` removes.)"""
         name = registered_model_name(self.config.tracking.experiment, role)
         model_name = f"{role.replace('_', '-')}-round-{round_idx:03d}"
-        tags = {**self._version_tags(role, round_idx), "checkpoint": str(ckpt)}
-        for stale in self._versions(role, round_idx):
-            self.client.delete_model_version(name, stale.version)
-        for model in mlflow.search_logged_models(
-            experiment_ids=[self.experiment_id],
-            filter_string=f"name = '{model_name}'",
-            output_format="list",
-        ):
-            if model.tags.get("rlanything.parent_run_id") == self.parent_id:
-                self.client.delete_logged_model(model.model_id)
+        tags = {
+            "rlanything.parent_run_id": self.parent_id,
+            "rlanything.run_dir": str(self.run.root),
+            "rlanything.role": role,
+            "rlanything.round": str(round_idx),
+            "checkpoint": str(ckpt),
+        }
         scope = {"source_run_id": child_id, "experiment_id": self.experiment_id, "tags": tags}
         if self.config.tracking.checkpoints == "artifact":
             model = mlflow.initialize_logged_model(name=model_name, **scope)

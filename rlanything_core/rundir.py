@@ -215,28 +215,23 @@ class RunDir:
         below the rounds summary.json lists as done; config.yaml then takes the new count."""
         if self.config_path.is_file():
             existing = load_config(self.config_path)
-            if existing != config and existing.model_copy(update={"rounds": config.rounds}) == (
-                config
-            ):
-                done = (
-                    len(json.loads(self.summary_path.read_text())["rounds"])
-                    if self.summary_path.is_file()
-                    else 0
-                )
-                if config.rounds < done:
-                    raise ConfigError(
-                        f"{self.root} has {done} round(s) done; rounds: {config.rounds} would "
-                        f"undo some. Give rounds >= {done} to continue it."
-                    )
-                with atomic_path(self.config_path) as tmp:
-                    tmp.write_text(dump_config(config))
+            if existing == config:
                 return
-            if existing != config:
+            if existing.model_copy(update={"rounds": config.rounds}) != config:
                 raise ConfigError(
                     f"{self.root} already holds a run with a different config; continue it with "
                     f"`rlanything resume --run-dir {self.root}` or choose a new --run-dir."
                 )
-            return
+            done = (
+                len(json.loads(self.summary_path.read_text())["rounds"])
+                if self.summary_path.is_file()
+                else 0
+            )
+            if config.rounds < done:
+                raise ConfigError(
+                    f"{self.root} has {done} round(s) done; rounds: {config.rounds} would "
+                    f"undo some. Give rounds >= {done} to continue it."
+                )
         self.root.mkdir(parents=True, exist_ok=True)
         with atomic_path(self.config_path) as tmp:
             tmp.write_text(dump_config(config))

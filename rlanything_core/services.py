@@ -72,7 +72,9 @@ class Service:
         startup_timeout_s: float = 600.0,
         log_path: str | Path | None = None,
         env: dict[str, str] | None = None,
+        health_path: str = "/health",
     ) -> None:
+        """`health_path`: the path under the server's URL that answers 200 once it is ready."""
         if (command is None) == (url is None):
             raise ValueError("give either a command to start or the URL of a running server")
         self.command = list(command) if command is not None else None
@@ -80,6 +82,7 @@ class Service:
         self.startup_timeout_s = startup_timeout_s
         self.log_path = Path(log_path) if log_path else None
         self.env = env or {}
+        self.health_path = health_path
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Service:
@@ -108,7 +111,7 @@ class Service:
                     f"it was ready; its output is in {self.log_path or '(not kept)'}."
                 )
             try:
-                if httpx.get(f"{self.url}/health", timeout=5).status_code == 200:
+                if httpx.get(f"{self.url}{self.health_path}", timeout=5).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
