@@ -60,7 +60,7 @@ bench: setup
 	$(BIN)/python benchmarks/orchestration.py --config configs/demo.yaml --rounds 1 --out benchmarks/results/orchestration-demo.json
 	$(BIN)/python benchmarks/trl_grpo.py --config configs/tiny.yaml --out benchmarks/results/trl-grpo.json
 
-# The paper's ablation at CPU scale (5 rows x 3 seeds); see README "Ablation".
+# The paper's ablation at CPU scale (7 rows x 3 seeds: Table 1's five, Step-only, Anchor-state); see README "Ablation".
 ablation: setup
 	$(BIN)/rlanything ablate --config configs/ablation-household.yaml --seeds 3 --out runs/ablation
 

@@ -1,7 +1,9 @@
 """`rlanything-ablate`: the paper's Table 1 rows with identical budgets and seeds.
 
 Rows: Before (no training), Outcome-only (GRPO), Policy (integrated feedback, fixed RM and tasks),
-+Reward (the RM trained by consistency feedback), +Reward+Env (task adaptation). Each trained row
++Reward (the RM trained by consistency feedback), +Reward+Env (task adaptation); beyond the paper,
+Step-only (+Reward with no outcome term in the policy's reward) and Anchor-state (+Reward with
+anchor-state groups, `advantage.grouping: state`). `rows` picks a subset. Each trained row
 is a full training run per seed, evaluated with `rlanything-eval` on the same held-out sets;
 "Before" evaluates the models the runs start from. When the config enables warm starts, they run
 once (in `<out>/warm_start`, with the config's seed) and every row and seed starts from those
@@ -22,6 +24,7 @@ the same models with the same seeds for every seed: its interval is that of one 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,20 +43,31 @@ from rlanything_core.stats import CI_SUFFIXES
 from tasks.common import run_stage
 from tasks.stages import warm_start
 
-ROWS: tuple[tuple[str, Mode | None], ...] = (
-    ("Before", None),
-    ("Outcome-only", "outcome_only"),
-    ("Policy", "policy"),
-    ("+Reward", "reward"),
-    ("+Reward+Env", "env"),
+
+@dataclass(frozen=True)
+class Row:
+    """One row of the table: the mode it trains in (None: no training, "Before") and the
+    `advantage` settings it changes; `slug` names its directory."""
+
+    name: str
+    slug: str
+    mode: Mode | None
+    advantage: tuple[tuple[str, Any], ...] = ()
+
+
+ROWS: tuple[Row, ...] = (
+    Row("Before", "before", None),
+    Row("Outcome-only", "outcome-only", "outcome_only"),
+    Row("Policy", "policy", "policy"),
+    Row("+Reward", "reward", "reward"),
+    Row("+Reward+Env", "reward-env", "env"),
+    # Beyond the paper, at the same budget: the trained RM's step signal with no outcome term
+    # (its second claim, step-wise signals beat outcome signals), and +Reward with anchor-state
+    # groups instead of step-index groups (GiGPO, arXiv 2505.10978).
+    Row("Step-only", "step-only", "reward", (("outcome_weight", 0.0),)),
+    Row("Anchor-state", "anchor-state", "reward", (("estimator", "step"), ("grouping", "state"))),
 )
-SLUGS = {
-    "Before": "before",
-    "Outcome-only": "outcome-only",
-    "Policy": "policy",
-    "+Reward": "reward",
-    "+Reward+Env": "reward-env",
-}
+ROW_SLUGS = tuple(row.slug for row in ROWS)
 COLUMNS = (
     ("eval/id/policy_accuracy", "Policy ID"),
     ("eval/ood/policy_accuracy", "Policy OOD"),
@@ -67,23 +81,35 @@ Datasets = dict[str, tuple[pd.DataFrame, pd.DataFrame | None]]
 
 
 @flow(name="rlanything-ablate")
-def rlanything_ablate(config: RunConfig, seeds: int, out_dir: str) -> dict[str, Any]:
-    """Train and evaluate every row for seeds 0..seeds−1 (config.seed + k), Before once; write
-    ablation.json (per row: [mean, std] over seeds, the pooled [value, low, high] of every
-    accuracy, and the per-seed values), ablation.md and per-round plots to `out_dir`."""
+def rlanything_ablate(
+    config: RunConfig, seeds: int, out_dir: str, rows: list[str] | None = None
+) -> dict[str, Any]:
+    """Train and evaluate every row (or those whose slugs are in `rows`) for seeds
+    0..seeds−1 (config.seed + k), Before once; write ablation.json (per row: [mean, std] over
+    seeds, the pooled [value, low, high] of every accuracy, and the per-seed values),
+    ablation.md and per-round plots to `out_dir`."""
+    unknown = sorted(set(rows or ()) - set(ROW_SLUGS))
+    if unknown:
+        raise ValueError(f"unknown ablation rows {unknown}; choose from {', '.join(ROW_SLUGS)}")
+    chosen = [row for row in ROWS if rows is None or row.slug in rows]
     out = Path(out_dir).resolve()
     config = warm_started(config, RunDir(out / "warm_start"))
     results: dict[str, list[dict[str, float]]] = {}
     datasets: dict[str, dict[int, Datasets]] = {}
     curves: dict[str, list[list[dict[str, float]]]] = {}
-    for name, mode in ROWS:
+    for row in chosen:
+        name, mode = row.name, row.mode
         # Before evaluates the same warm-started models with the same evaluation seeds at every
         # seed: one evaluation is the whole measurement, shown without a spread.
         for k in range(seeds if mode is not None else 1):
             seed = config.seed + k
-            cell = out / SLUGS[name] / f"seed_{seed}"
+            cell = out / row.slug / f"seed_{seed}"
             run = RunDir(cell / "run")
-            row_config = config.model_copy(update={"mode": mode or "policy", "seed": seed})
+            row_config = RunConfig.model_validate(
+                config.model_dump()
+                | {"mode": mode or "policy", "seed": seed}
+                | {"advantage": config.advantage.model_dump() | dict(row.advantage)}
+            )
             if mode is not None and len(_rounds(run)) < config.rounds:
                 rlanything_train(config=row_config, run_dir=str(run.root))
             if not (cell / "eval" / "eval.json").is_file():
@@ -253,7 +279,7 @@ def _table(
         "| Row | " + " | ".join(label for _, label in columns) + " |",
         "|" + "---|" * (len(columns) + 1),
     ]
-    for name, _ in ROWS:
+    for name in summary:
         cells = []
         for key, _ in columns:
             if key not in summary[name]:

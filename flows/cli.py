@@ -3,7 +3,7 @@
 rlanything train --config FILE [--rounds N] [--run-dir DIR] [--seed S]
 rlanything resume --run-dir DIR
 rlanything eval --config FILE --policy CKPT [--reward-model CKPT] [--out DIR]
-rlanything ablate --config FILE --seeds N [--rounds R] --out DIR
+rlanything ablate --config FILE --seeds N [--rounds R] [--rows A,B] --out DIR
 rlanything rloop --config FILE [--cycles C] [--run-dir DIR]
 rlanything sandbox run PROGRAM.py [--stdin FILE] [--timeout S] [--isolation LEVEL]
 rlanything humaneval --out FILE.parquet [--all]
@@ -166,7 +166,8 @@ def _ablate(args: argparse.Namespace) -> int:
     _prefect_defaults()
     from flows.ablate import rlanything_ablate
 
-    rlanything_ablate(config=config, seeds=args.seeds, out_dir=args.out)
+    rows = args.rows.split(",") if args.rows else None
+    rlanything_ablate(config=config, seeds=args.seeds, out_dir=args.out, rows=rows)
     console.print((Path(args.out) / "ablation.md").read_text())
     console.print(f"written to {Path(args.out) / 'ablation.json'} and the PNG plots beside it")
     return 0
@@ -309,6 +310,11 @@ def main(argv: list[str] | None = None) -> int:
     ab.add_argument("--seeds", type=int, default=3, help="seeds per row (default 3)")
     ab.add_argument("--rounds", type=int, help="override the config's number of rounds")
     ab.add_argument("--out", required=True, help="output directory (resumable)")
+    ab.add_argument(
+        "--rows",
+        help="comma-separated rows to run (default all): before, outcome-only, policy, reward, "
+        "reward-env, step-only, anchor-state",
+    )
     ab.set_defaults(func=_ablate)
     rl = sub.add_parser("rloop", help="RLoop: cycles of RL rounds and fine-tuning on successes")
     rl.add_argument("--config", required=True, help="YAML config (its rloop section)")

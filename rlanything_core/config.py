@@ -367,6 +367,14 @@ class AdvantageConfig(_Strict):
     """λ in R = O + λ·mean(S). Reference code: 1."""
     estimator: Literal["step", "task"] = "step"
     """"step": standardize per (task, step index) (paper); "task": over all steps of a task."""
+    grouping: Literal["step_index", "state"] = "step_index"
+    """With estimator "step", a step's group: the task's steps of the same index (paper) or
+    taken from the same state, anchor-state grouping as in GiGPO (arXiv 2505.10978). A step's
+    state is what the policy saw, its prompt (goal, observation, admissible actions; with
+    environment.history_steps > 0 its history too, so only equal histories share a group)."""
+    outcome_weight: float = Field(1.0, ge=0.0)
+    """w in the policy's R = w·O + λ·mean(S). Paper: 1. 0 is the "Step-only" row (the reward
+    model's step signal alone); the reward model's consistency feedback keeps w = 1."""
     singleton: Literal["raw", "zero"] = "raw"
     """A step-index group with one member keeps raw R ("raw", reference) or gets 0 ("zero")."""
     eps: float = Field(1e-6, gt=0.0)
@@ -505,6 +513,18 @@ class RunConfig(_Strict):
             raise ValueError(
                 "env_model.warm_start has household demonstrations only; set "
                 "env_model.warm_start.enabled: false for coding."
+            )
+        adv = self.advantage
+        if adv.grouping == "state" and adv.estimator != "step":
+            raise ValueError(
+                "advantage.grouping: state groups the steps of a task by state and needs "
+                f"advantage.estimator: step; got estimator: {adv.estimator}."
+            )
+        if adv.outcome_weight != 1.0 and not self.uses_reward_model:
+            raise ValueError(
+                "advantage.outcome_weight weighs the outcome against the reward model's verdicts, "
+                "which outcome_only mode does not use: set mode to policy, reward or env, or "
+                f"outcome_weight: 1 (got {adv.outcome_weight})."
             )
         for name, (low, high) in (
             ("policy.accuracy_band", self.policy.accuracy_band),

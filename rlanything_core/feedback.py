@@ -12,6 +12,10 @@ Departures from the paper, each a setting (paper text is silent on them):
 3. Besides the paper's per-(task, step index) baseline we offer a task-level baseline over all steps
    of all rollouts of a task: the per-step one depends on when each rollout stopped
    (verl RFC #7244).
+4. Anchor-state groups (`state_advantages`): the step-index group is replaced by the steps taken
+   from the same environment state, the step-level grouping of GiGPO (arXiv 2505.10978).
+5. An outcome weight in R (`integrated_reward(..., outcome_weight=0)` is the "Step-only" row: the
+   reward model's step signal alone).
 
 Arrays are numpy; N is the number of steps (rows), m the number of votes per step.
 """
@@ -32,15 +36,20 @@ ZERO_STD = 1e-8
 
 
 def integrated_reward(
-    outcomes: npt.ArrayLike, verdicts: npt.ArrayLike, lam: float = 1.0
+    outcomes: npt.ArrayLike,
+    verdicts: npt.ArrayLike,
+    lam: float = 1.0,
+    outcome_weight: float = 1.0,
 ) -> npt.NDArray[np.float64]:
-    """R_{τ_i} = O_τ + λ · (1/m) Σ_j S_{τ_i,j}   (paper Eq. for the policy's integrated feedback).
+    """R_{τ_i} = w·O_τ + λ · (1/m) Σ_j S_{τ_i,j}   (paper Eq. for the policy's integrated feedback,
+    where w = 1).
 
     Args:
         outcomes: (N,) episode outcome O ∈ {+1, −1} of the trajectory each step belongs to.
         verdicts: (N, m) verdicts S ∈ {+1, −1}; NaN marks a vote that could not be parsed and
             counts as 0, so the mean is always over all m votes.
         lam: λ, weight of the step signal (reference code: 1).
+        outcome_weight: w, weight of the outcome (paper: 1; 0 gives the step signal alone).
 
     Returns:
         (N,) integrated rewards R.
@@ -50,7 +59,7 @@ def integrated_reward(
     if s.ndim != 2 or s.shape[0] != o.shape[0]:
         raise ValueError(f"verdicts must have shape (N, m) with N={o.shape[0]}, got {s.shape}")
     mean_s = np.nan_to_num(s, nan=0.0).mean(axis=1)  # (N,)
-    return o + lam * mean_s
+    return outcome_weight * o + lam * mean_s
 
 
 def standardize_groups(
@@ -102,6 +111,32 @@ def step_advantages(
         singleton: what a one-member group gets: "raw" R (reference code) or "zero".
     """
     groups = _pair_ids(task_keys, step_idx)
+    return standardize_groups(rewards, groups, eps=eps, singleton=singleton)
+
+
+def state_advantages(
+    rewards: npt.ArrayLike,
+    task_keys: npt.ArrayLike,
+    state_keys: npt.ArrayLike,
+    eps: float = EPS,
+    singleton: Singleton = "raw",
+) -> npt.NDArray[np.float64]:
+    """A_{τ_i} = (R_{τ_i} − mean) / (std + ε) over {R_{τ'_k} : τ' of task q, s_{τ'_k} = s_{τ_i}}.
+
+    Anchor-state grouping, GiGPO's step-level groups (Feng et al., arXiv 2505.10978): a step is
+    compared with every step of the task's rollouts taken from the same environment state s,
+    whatever its index, instead of with the steps of the same index (`step_advantages`), which
+    may stand in different states. A state revisited within one rollout counts once per visit.
+    GiGPO adds this to an episode-level advantage and uses discounted returns; here it replaces
+    the step-index group and R is the integrated reward, so that rows differ only in grouping.
+
+    Args:
+        rewards: (N,) integrated rewards R.
+        task_keys: (N,) task identity.
+        state_keys: (N,) the state each step was taken from (equal keys = the same state).
+        singleton: what a state seen once gets: "raw" R or "zero".
+    """
+    groups = _pair_ids(task_keys, state_keys)
     return standardize_groups(rewards, groups, eps=eps, singleton=singleton)
 
 

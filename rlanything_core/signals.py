@@ -16,6 +16,7 @@ from rlanything_core.feedback import (
     consistency_rewards,
     in_accuracy_band,
     integrated_reward,
+    state_advantages,
     step_advantages,
     task_level_advantages,
     unit_test_rewards,
@@ -62,11 +63,16 @@ def policy_samples(
     band: tuple[float, float],
     drop_zero_advantage: bool,
     invalid_action_penalty: float = 0.0,
+    grouping: Literal["step_index", "state"] = "step_index",
+    outcome_weight: float = 1.0,
 ) -> tuple[pd.DataFrame, dict[str, float]]:
     """Integrated rewards and advantages of every step (the policy_samples schema).
 
-    With `judgments=None` (outcome-only mode) R is the outcome. A step whose answer named no
-    admissible action has `invalid_action_penalty` subtracted from its R. Rows of tasks outside
+    With `judgments=None` (outcome-only mode) R is the outcome; else R = w·O + λ·mean(S) with
+    w = `outcome_weight`. A step whose answer named no admissible action has
+    `invalid_action_penalty` subtracted from its R. With estimator "step", `grouping` "state"
+    groups a task's steps by the prompt they were taken from (`state_advantages`) instead of by
+    step index. Rows of tasks outside
     the accuracy `band`, and rows with advantage exactly 0 when `drop_zero_advantage`, stay in the
     table with kept=False and advantage 0.
     """
@@ -77,11 +83,14 @@ def policy_samples(
     else:
         s = verdict_matrix(df, judgments, votes)  # (N, m)
         df["mean_verdict"] = np.nan_to_num(s, nan=0.0).mean(axis=1)
-        df["reward"] = integrated_reward(df["outcome"], s, lam=lam)
+        df["reward"] = integrated_reward(df["outcome"], s, lam=lam, outcome_weight=outcome_weight)
     invalid = ~rollouts["action_valid"].to_numpy(dtype=bool)
     df["reward"] -= invalid_action_penalty * invalid
     tasks = task_key(df)
-    if estimator == "step":
+    if estimator == "step" and grouping == "state":
+        states = rollouts["prompt"].to_numpy()
+        adv = state_advantages(df["reward"], tasks, states, eps=eps, singleton=singleton)
+    elif estimator == "step":
         adv = step_advantages(df["reward"], tasks, df["step_idx"], eps=eps, singleton=singleton)
     else:
         adv = task_level_advantages(df["reward"], tasks, eps=eps)
@@ -115,12 +124,18 @@ def rm_samples(
     parse_failure_penalty: float,
     eps: float,
     band: tuple[float, float],
+    outcome_weight: float = 1.0,
 ) -> tuple[pd.DataFrame, dict[str, float]]:
     """Consistency rewards R·S and their advantages over the m votes of each step (rm_samples).
 
-    Votes of tasks outside the accuracy `band`, and votes with advantage 0, stay with kept=False.
+    R is the policy's reward with the whole outcome in it: where the policy's R weighs the
+    outcome by `outcome_weight` w < 1, (1 − w)·O is added back, so that the step-only policy
+    signal does not make the RM's reward its own verdicts. Votes of tasks outside the accuracy
+    `band`, and votes with advantage 0, stay with kept=False.
     """
     steps = policy[[*STEP_KEY, "reward", "task_accuracy"]].reset_index(drop=True)
+    outcome = policy["outcome"].to_numpy(dtype=np.float64)
+    steps["reward"] = steps["reward"].to_numpy() + (1.0 - outcome_weight) * outcome
     s = verdict_matrix(steps, judgments, votes)  # (N, m)
     rewards = consistency_rewards(steps["reward"], s, parse_failure_penalty)  # (N, m)
     advantages = consistency_advantages(rewards, eps=eps)  # (N, m)

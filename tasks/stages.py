@@ -460,6 +460,8 @@ def advantage_computation(config: RunConfig, run: RunDir, r: int) -> tuple[Outpu
         band=config.policy.accuracy_band,
         drop_zero_advantage=config.policy.drop_zero_advantage,
         invalid_action_penalty=adv.invalid_action_penalty,
+        grouping=adv.grouping,
+        outcome_weight=adv.outcome_weight,
     )
     outputs = {"policy_samples": _write(policy, run, r, "policy_samples")}
     rm_rows: pd.DataFrame | list[dict[str, object]] = []
@@ -483,6 +485,7 @@ def advantage_computation(config: RunConfig, run: RunDir, r: int) -> tuple[Outpu
             parse_failure_penalty=config.reward_model.parse_failure_penalty,
             eps=adv.eps,
             band=config.reward_model.accuracy_band,
+            outcome_weight=adv.outcome_weight,
         )
         metrics |= rm_metrics
     outputs["rm_samples"] = _write(rm_rows, run, r, "rm_samples")

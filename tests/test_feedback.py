@@ -14,6 +14,7 @@ from rlanything_core.feedback import (
     in_accuracy_band,
     integrated_reward,
     standardize_groups,
+    state_advantages,
     step_advantages,
     task_accuracy,
     task_level_advantages,
@@ -236,3 +237,91 @@ def test_invalid_action_penalty_lowers_the_reward_of_invalid_steps_only() -> Non
     std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / 5)
     assert adv == pytest.approx([(r - mean) / (std + 1e-6) for r in rewards])
     assert adv[0] == adv[2] > adv[1] > 0 > adv[3]
+
+
+def test_state_advantages_group_the_steps_of_one_state_by_hand() -> None:
+    # Task t: rollout 0 goes A -> B and wins (R = 1, 1); rollout 1 stays in A once (a "look")
+    # and reaches B a step later, and loses (R = -1, -1, -1). Task u also has a state "A".
+    rewards = [1.0, 1.0, -1.0, -1.0, -1.0, 5.0, 7.0]
+    tasks = ["t", "t", "t", "t", "t", "u", "u"]
+    states = ["A", "B", "A", "A", "B", "A", "A"]
+    steps = [0, 1, 0, 1, 2, 0, 1]
+    # State A of t: {1, -1, -1}, mean -1/3, population std sqrt(8/9); state B: {1, -1}, std 1;
+    # state A of u: {5, 7}, mean 6, std 1 (task u's A is not task t's A).
+    std_a = math.sqrt(8 / 9)
+    by_state = [(1 + 1 / 3) / std_a, 1.0, -(2 / 3) / std_a, -(2 / 3) / std_a, -1.0, -1.0, 1.0]
+    np.testing.assert_allclose(state_advantages(rewards, tasks, states), by_state, atol=1e-5)
+    # By step index, t's step 1 compares B (won) with A (lost); t's step 2 and u's steps are
+    # singletons, which keep their raw R (singleton="raw").
+    by_index = [1.0, 1.0, -1.0, -1.0, -1.0, 5.0, 7.0]
+    np.testing.assert_allclose(step_advantages(rewards, tasks, steps), by_index, atol=1e-5)
+
+
+def test_policy_samples_state_grouping_and_outcome_weight() -> None:
+    import pandas as pd
+
+    from rlanything_core.signals import policy_samples, rm_samples
+
+    steps = [(0, 0, "A"), (0, 1, "B"), (1, 0, "A"), (1, 1, "A"), (1, 2, "B")]
+    rollouts = pd.DataFrame(
+        {
+            "round": 0,
+            "task_id": "t",
+            "task_version": 1,
+            "rollout_idx": [g for g, _, _ in steps],
+            "step_idx": [i for _, i, _ in steps],
+            "seed": 0,
+            "checkpoint": "c",
+            "prompt": [state for _, _, state in steps],
+            "outcome": [1, 1, -1, -1, -1],
+            "action_valid": True,
+            "progress": [True, True, False, False, True],
+            "num_steps": [2, 2, 3, 3, 3],
+        }
+    )
+    verdicts = [1, -1, 1, -1, -1]  # one vote per step
+    judgments = rollouts[["round", "task_id", "task_version", "rollout_idx", "step_idx", "seed",
+                          "checkpoint"]].assign(vote_idx=0, verdict=verdicts)  # fmt: skip
+
+    def samples(grouping: str, w: float, judged: bool = True) -> pd.DataFrame:
+        df, _ = policy_samples(
+            rollouts,
+            judgments if judged else None,
+            votes=1,
+            lam=1.0,
+            estimator="step",
+            singleton="raw",
+            eps=EPS,
+            band=(0.0, 1.0),
+            drop_zero_advantage=False,
+            grouping=grouping,  # type: ignore[arg-type]
+            outcome_weight=w,
+        )
+        return df
+
+    outcome = samples("state", 1.0, judged=False)
+    std_a = math.sqrt(8 / 9)
+    expected = [(4 / 3) / std_a, 1.0, -(2 / 3) / std_a, -(2 / 3) / std_a, -1.0]
+    np.testing.assert_allclose(outcome["advantage"], expected, atol=1e-5)
+    # Step-only: R = mean(S) = the verdict; the RM's consistency reward keeps the outcome in R.
+    step_only = samples("step_index", 0.0)
+    assert step_only["reward"].tolist() == [1, -1, 1, -1, -1]
+    full = samples("step_index", 1.0)
+    assert full["reward"].tolist() == [2, 0, 0, -2, -2]
+    kwargs = {"votes": 1, "parse_failure_penalty": -2.0, "eps": EPS, "band": (0.0, 1.0)}
+    rm_w0, _ = rm_samples(rollouts, judgments, step_only, outcome_weight=0.0, **kwargs)
+    rm_w1, _ = rm_samples(rollouts, judgments, full, **kwargs)
+    assert rm_w0["step_reward"].tolist() == rm_w1["step_reward"].tolist() == [2, 0, 0, -2, -2]
+    assert rm_w0["reward"].tolist() == [2, 0, 0, 2, 2]  # R·S
+
+
+def test_grouping_and_outcome_weight_are_checked_against_the_config() -> None:
+    from rlanything_core.config import RunConfig
+
+    with pytest.raises(ValueError, match=r"needs advantage\.estimator"):
+        RunConfig.model_validate({"advantage": {"grouping": "state", "estimator": "task"}})
+    with pytest.raises(ValueError, match="outcome_only mode does not use"):
+        RunConfig.model_validate({"mode": "outcome_only", "advantage": {"outcome_weight": 0.0}})
+    assert RunConfig.model_validate({"advantage": {"outcome_weight": 0.0}}).advantage.grouping == (
+        "step_index"
+    )

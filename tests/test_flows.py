@@ -521,7 +521,9 @@ def test_ablate_one_seed_one_round(tmp_path: Path) -> None:
     out = tmp_path / "ablation"
     summary = rlanything_ablate(config=config, seeds=1, out_dir=str(out))
 
-    assert list(summary) == ["Before", "Outcome-only", "Policy", "+Reward", "+Reward+Env"]
+    assert list(summary) == [
+        "Before", "Outcome-only", "Policy", "+Reward", "+Reward+Env", "Step-only", "Anchor-state"
+    ]  # fmt: skip
     assert "eval/id/rm_process_accuracy" not in summary["Outcome-only"]
     assert "eval/id/rm_outcome_balanced_accuracy" in summary["+Reward"]
     assert summary["+Reward+Env"]["accepted_tasks"][1] == 0.0  # std over one seed
@@ -531,7 +533,7 @@ def test_ablate_one_seed_one_round(tmp_path: Path) -> None:
         "| RM outcome majority baseline | Accepted tasks |"
     ) in table
     assert "| Row | ID pass@1 | ID pass@2 | OOD pass@1 | OOD pass@2 |" in table
-    assert table.count("\n| ") == 12  # two tables: a header and five rows each
+    assert table.count("\n| ") == 16  # two tables: a header and seven rows each
     stored = json.loads((out / "ablation.json").read_text())
     assert stored["per_seed"]["Policy"][0]["eval/id/policy_accuracy"] == pytest.approx(
         summary["Policy"]["eval/id/policy_accuracy"][0]
@@ -550,17 +552,27 @@ def test_ablate_one_seed_one_round(tmp_path: Path) -> None:
     warm = str(RunDir(out / "warm_start").warm_start_checkpoint("policy"))
     before = json.loads((out / "before" / "seed_0" / "eval" / "eval.json").read_text())
     assert before["policy"] == warm
-    for slug in ("outcome-only", "policy", "reward", "reward-env"):
+    for slug in ("outcome-only", "policy", "reward", "reward-env", "step-only", "anchor-state"):
         run = RunDir(out / slug / "seed_0" / "run")
         started = load_config(run.config_path)
         assert started.policy.model.source == warm and not started.policy.warm_start.enabled
         assert run.checkpoint("policy", 0).is_dir()
+        advantage = started.advantage
+        assert (advantage.outcome_weight, advantage.grouping) == {
+            "step-only": (0.0, "step_index"), "anchor-state": (1.0, "state")
+        }.get(slug, (1.0, "step_index"))  # fmt: skip
+    samples = read_dataset(
+        RunDir(out / "step-only" / "seed_0" / "run").dataset(0, "policy_samples"), "policy_samples"
+    )
+    assert (samples["reward"] == samples["mean_verdict"]).all()  # R = mean(S), no outcome
     assert not (out / "before" / "seed_0" / "run").exists()
 
     # resumable: a second call trains and evaluates nothing again
     stamp = (out / "reward-env" / "seed_0" / "eval" / "eval.json").stat().st_mtime_ns
     rlanything_ablate(config=config, seeds=1, out_dir=str(out))
     assert (out / "reward-env" / "seed_0" / "eval" / "eval.json").stat().st_mtime_ns == stamp
+    with pytest.raises(ValueError, match="unknown ablation rows"):
+        rlanything_ablate(config=config, seeds=1, out_dir=str(out), rows=["policy", "nope"])
 
 
 def test_coding_two_rounds_with_unit_test_reward_model(tmp_path: Path) -> None:

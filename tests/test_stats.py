@@ -137,7 +137,7 @@ def test_ablation_pools_seeds_as_separate_clusters() -> None:
     summary = _summarize({"Policy": per_seed})
     assert summary["Policy"]["eval/id/policy_accuracy"] == pytest.approx([0.5, 0.25])
     assert "eval/id/policy_accuracy_ci_low" not in summary["Policy"]  # pooled instead
-    rows = {name: summary["Policy"] if name == "Policy" else {} for name, _ in ROWS}
+    rows = {row.name: summary["Policy"] if row.name == "Policy" else {} for row in ROWS}
     rows["Before"] = _summarize({"Before": per_seed[:1]})["Before"]  # evaluated once
     table = _markdown(rows, {name: pooled for name in rows}, seeds=2, rounds=1)
     assert "| Policy | 50.0 ± 25.0 [10.0, 90.0] | 50.0 ± 25.0 [10.0, 90.0] | – |" in table
