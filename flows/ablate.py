@@ -33,7 +33,7 @@ import pandas as pd
 from prefect import flow
 
 from flows.evaluate import SPLITS, policy_metrics, reward_model_metrics, rlanything_eval
-from flows.tracking import plot_rows
+from flows.tracking import plot_heldout, plot_rows
 from flows.train import rlanything_train
 from rlanything_core.atomic import atomic_path
 from rlanything_core.config import Mode, RunConfig
@@ -97,6 +97,7 @@ def rlanything_ablate(
     results: dict[str, list[dict[str, float]]] = {}
     datasets: dict[str, dict[int, Datasets]] = {}
     curves: dict[str, list[list[dict[str, float]]]] = {}
+    heldout: dict[str, dict[int, dict[int, Datasets]]] = {}  # row -> step -> seed -> datasets
     for row in chosen:
         name, mode = row.name, row.mode
         # Before evaluates the same warm-started models with the same evaluation seeds at every
@@ -136,16 +137,28 @@ def rlanything_ablate(
             )
             if mode is not None:
                 curves.setdefault(name, []).append(rounds)
+                for step, found_at in curve_datasets(row_config, run).items():
+                    heldout.setdefault(name, {}).setdefault(step, {})[seed] = found_at
     summary = _summarize(results)
     pooled = {
         name: pooled_intervals(by_seed, config.reward_model.votes)
         for name, by_seed in datasets.items()
     }
+    per_step = {
+        name: [
+            {"step": step, **pooled_intervals(by_seed, config.reward_model.votes)}
+            for step, by_seed in sorted(steps.items())
+            if len(by_seed) == seeds  # a step that every seed evaluated
+        ]
+        for name, steps in heldout.items()
+    }
     write_json(out / "ablation.json", {"seeds": seeds, "rounds": config.rounds, "rows": summary,
-                                       "pooled": pooled, "per_seed": results})  # fmt: skip
+                                       "pooled": pooled, "per_seed": results,
+                                       "curves": per_step})  # fmt: skip
     with atomic_path(out / "ablation.md") as tmp:
         tmp.write_text(_markdown(summary, pooled, seeds, config.rounds))
     plot_rows(curves, out)
+    plot_heldout(per_step, out)
     return summary
 
 
@@ -178,11 +191,23 @@ def _rounds(run: RunDir) -> list[dict[str, float]]:
     return rounds
 
 
-def eval_datasets(config: RunConfig, eval_dir: Path) -> Datasets:
+def curve_datasets(config: RunConfig, run: RunDir) -> dict[int, Datasets]:
+    """The learning curve's eval datasets of a trained run (`evaluation.every`), per step
+    (rounds completed): eval/step_NNN/ of the run directory; none without a curve."""
+    steps = sorted((run.root / "eval").glob("step_*/eval.json"))
+    return {
+        int(path.parent.name.removeprefix("step_")): eval_datasets(
+            config, path.parent, config.evaluation.curve_splits
+        )
+        for path in steps
+    }
+
+
+def eval_datasets(config: RunConfig, eval_dir: Path, splits: tuple[str, ...] = SPLITS) -> Datasets:
     """Each split's eval rollouts, and the judging RM's judgments where there are (none for
     Outcome-only, nor for a unit-test-writing RM, whose judgments are test verdicts)."""
     found: Datasets = {}
-    for split in SPLITS:
+    for split in splits:
         rollouts = read_dataset(eval_dir / f"{split}_rollouts.parquet", "rollouts")
         path = eval_dir / f"{split}_judgments.parquet"
         judged = path.is_file() and not config.writes_unit_tests
@@ -205,7 +230,7 @@ def pooled_intervals(by_seed: dict[int, Datasets], votes: int) -> dict[str, list
     high]. A task's episodes of each seed form a cluster of their own (the task id is prefixed
     with the seed); the RM metrics only when every seed's RM was judged."""
     found: Datasets = {}
-    for split in SPLITS:
+    for split in next(iter(by_seed.values())):
         cells = [(seed, *cell[split]) for seed, cell in by_seed.items()]
         rollouts = pd.concat([_per_seed(r, seed) for seed, r, _ in cells], ignore_index=True)
         judged = all(j is not None for _, _, j in cells)

@@ -31,6 +31,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import mlflow
+import numpy as np
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
 from mlflow.entities import LoggedModelOutput, LoggedModelStatus, Metric, Param, RunStatus
@@ -571,6 +572,43 @@ def plot_rows(curves: dict[str, list[list[dict[str, float]]]], out: Path) -> lis
             mean = frame.groupby("round")[key].mean()
             ax.plot(mean.index, mean.to_numpy(), marker="o", label=name)
         ax.set_xlabel("round")
+        ax.set_title(title)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        path = out / file
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def plot_heldout(curves: dict[str, list[dict[str, Any]]], out: Path) -> list[Path]:
+    """Ablation plots of the held-out learning curves (`evaluation.every`): per row, in-domain
+    policy accuracy and the RM's balanced process accuracy per rounds completed, all seeds
+    pooled, with their 95 % intervals as bands. None without a curve."""
+    paths = []
+    for key, title, file in (
+        ("eval/id/policy_accuracy", "Held-out policy accuracy (in-domain)", "ablation_heldout.png"),
+        (
+            "eval/id/rm_process_balanced_accuracy",
+            "RM balanced process accuracy (held out)",
+            "ablation_rm_process.png",
+        ),
+    ):
+        rows = {
+            name: [(p["step"], *p[key]) for p in points if key in p]
+            for name, points in curves.items()
+        }
+        rows = {name: points for name, points in rows.items() if points}
+        if not rows:
+            continue
+        fig, ax = plt.subplots(figsize=(5.5, 3.5))
+        for name, points in rows.items():
+            step, value, low, high = np.array(points, dtype=float).T
+            (line,) = ax.plot(step, value, marker="o", label=name)
+            ax.fill_between(step, low, high, color=line.get_color(), alpha=0.15)
+        ax.set_xlabel("rounds done")
         ax.set_title(title)
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)

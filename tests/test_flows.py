@@ -512,7 +512,8 @@ def test_learning_curve_evaluates_every_round_once(tmp_path: Path) -> None:
 
 def test_ablate_one_seed_one_round(tmp_path: Path) -> None:
     data = tiny(rounds=1, rollouts_per_task=2).model_dump()
-    data["evaluation"] = {"num_tasks": 1, "rollouts_per_task": 2, "seed": 7}
+    data["evaluation"] = {"num_tasks": 1, "rollouts_per_task": 2, "seed": 7, "every": 1,
+                          "curve_splits": ["id"]}  # fmt: skip
     data["environment"] |= {"num_tasks": 2, "step_slack": 2}
     data["reward_model"]["votes"] = 2
     data["tracking"]["checkpoints"] = "reference"
@@ -520,6 +521,19 @@ def test_ablate_one_seed_one_round(tmp_path: Path) -> None:
     config = RunConfig.model_validate(data)
     out = tmp_path / "ablation"
     summary = rlanything_ablate(config=config, seeds=1, out_dir=str(out))
+    # held-out curves: every trained row at rounds done 0 and 1, pooled over seeds, plotted
+    curves = json.loads((out / "ablation.json").read_text())["curves"]
+    assert sorted(curves) == sorted(set(summary) - {"Before"})
+    assert [p["step"] for p in curves["Policy"]] == [0, 1]
+    policy_at_1 = json.loads(
+        (out / "policy" / "seed_0" / "run" / "eval" / "step_001" / "eval.json").read_text()
+    )
+    assert curves["Policy"][1]["eval/id/policy_accuracy"][0] == pytest.approx(
+        policy_at_1["eval/id/policy_accuracy"]
+    )
+    assert "eval/id/rm_process_balanced_accuracy" in curves["+Reward"][1]
+    assert not any(key.startswith("eval/id/rm_") for key in curves["Outcome-only"][1])
+    assert (out / "ablation_heldout.png").is_file() and (out / "ablation_rm_process.png").is_file()
 
     assert list(summary) == [
         "Before", "Outcome-only", "Policy", "+Reward", "+Reward+Env", "Step-only", "Anchor-state"
