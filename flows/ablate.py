@@ -10,6 +10,11 @@ once (in `<out>/warm_start`, with the config's seed) and every row and seed star
 checkpoints, so rows differ only in what they train. Outcome-only trains no reward model, so its
 RM columns stay empty. Resumable: a (row, seed) whose eval.json exists is not rerun.
 
+With `evaluation.every`, each row's learning curve is pooled over seeds per rounds done
+(`ablation.json` "curves", `ablation_heldout.png`, `ablation_rm_process.png`). Its first point is
+Before's evaluation, copied (`share_start`), and where the curve covers both splits its last point
+is the row's evaluation: evaluations do not depend on the row or the seed, only on the models.
+
 The RM columns are balanced accuracies (the mean of the recalls on both classes), beside the
 accuracy of always predicting the majority outcome: a plain accuracy rewards a constant verdict
 with the base rate. Each cell is the mean ± std over seeds and the 95 % interval of the pooled
@@ -24,6 +29,7 @@ the same models with the same seeds for every seed: its interval is that of one 
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,9 +117,20 @@ def rlanything_ablate(
                 | {"mode": mode or "policy", "seed": seed}
                 | {"advantage": config.advantage.model_dump() | dict(row.advantage)}
             )
+            before = out / "before" / f"seed_{config.seed}" / "eval"
             if mode is not None and len(_rounds(run)) < config.rounds:
+                if (before / "eval.json").is_file():
+                    share_start(before, run, row_config)
                 rlanything_train(config=row_config, run_dir=str(run.root))
-            if not (cell / "eval" / "eval.json").is_file():
+            evaluated = cell / "eval"
+            last = run.root / "eval" / f"step_{config.rounds:03d}"
+            if (
+                mode is not None
+                and set(config.evaluation.curve_splits) == set(SPLITS)
+                and (last / "eval.json").is_file()
+            ):
+                evaluated = last  # the learning curve's last point is this evaluation
+            elif not (evaluated / "eval.json").is_file():
                 after = 0 if mode is None else config.rounds
                 rlanything_eval(
                     config=row_config,
@@ -121,10 +138,10 @@ def rlanything_ablate(
                     reward_model=None
                     if mode == "outcome_only"
                     else run.model_before("reward_model", after, config.reward_model.model.source),
-                    out_dir=str(cell / "eval"),
+                    out_dir=str(evaluated),
                 )
-            metrics = json.loads((cell / "eval" / "eval.json").read_text())
-            found = eval_datasets(row_config, cell / "eval")
+            metrics = json.loads((evaluated / "eval.json").read_text())
+            found = eval_datasets(row_config, evaluated)
             # recomputed from the eval's datasets: pass@k, intervals and balanced accuracies
             # also for an eval.json written before they existed
             metrics |= _metrics(found, config.reward_model.votes)
@@ -189,6 +206,35 @@ def _rounds(run: RunDir) -> list[dict[str, float]]:
         return []
     rounds: list[dict[str, float]] = json.loads(run.summary_path.read_text())["rounds"]
     return rounds
+
+
+def share_start(before: Path, run: RunDir, config: RunConfig) -> None:
+    """Give a row's learning curve Before's evaluation as its first point (eval/step_000/):
+    the same warm-started models, evaluated with the same `evaluation.seed` in every row and
+    seed, so each row would only repeat it. Copies the curve's splits (and the RM's judgments
+    where the row uses an RM); nothing when step 0 exists already."""
+    start = run.root / "eval" / "step_000"
+    if start.exists():
+        return
+    stored = json.loads((before / "eval.json").read_text())
+    prefixes = tuple(f"eval/{split}/" for split in config.evaluation.curve_splits)
+    rm = tuple(f"{prefix}rm_" for prefix in prefixes)
+    kept = {
+        key: value
+        for key, value in stored.items()
+        if key.startswith(prefixes) and (config.uses_reward_model or not key.startswith(rm))
+    }
+    tmp = start.with_name(".step_000.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for split in config.evaluation.curve_splits:
+        names = [f"{split}_rollouts.parquet"]
+        if config.uses_reward_model and (before / f"{split}_judgments.parquet").is_file():
+            names.append(f"{split}_judgments.parquet")
+        for name in names:
+            shutil.copyfile(before / name, tmp / name)
+    (tmp / "eval.json").write_text(json.dumps(kept | {"shared_from": str(before)}, indent=1))
+    tmp.rename(start)
 
 
 def curve_datasets(config: RunConfig, run: RunDir) -> dict[int, Datasets]:

@@ -512,8 +512,7 @@ def test_learning_curve_evaluates_every_round_once(tmp_path: Path) -> None:
 
 def test_ablate_one_seed_one_round(tmp_path: Path) -> None:
     data = tiny(rounds=1, rollouts_per_task=2).model_dump()
-    data["evaluation"] = {"num_tasks": 1, "rollouts_per_task": 2, "seed": 7, "every": 1,
-                          "curve_splits": ["id"]}  # fmt: skip
+    data["evaluation"] = {"num_tasks": 1, "rollouts_per_task": 2, "seed": 7, "every": 1}
     data["environment"] |= {"num_tasks": 2, "step_slack": 2}
     data["reward_model"]["votes"] = 2
     data["tracking"]["checkpoints"] = "reference"
@@ -533,6 +532,20 @@ def test_ablate_one_seed_one_round(tmp_path: Path) -> None:
     )
     assert "eval/id/rm_process_balanced_accuracy" in curves["+Reward"][1]
     assert not any(key.startswith("eval/id/rm_") for key in curves["Outcome-only"][1])
+    # Each row's curve starts from Before's evaluation (same models, same evaluation seeds),
+    # copied, not rerun; its last point (both splits) is the row's evaluation
+    before_eval = json.loads((out / "before" / "seed_0" / "eval" / "eval.json").read_text())
+    for slug, rm in (("outcome-only", False), ("reward", True)):
+        start = out / slug / "seed_0" / "run" / "eval" / "step_000"
+        shared = json.loads((start / "eval.json").read_text())
+        assert shared["shared_from"] == str(out / "before" / "seed_0" / "eval")
+        assert shared["eval/id/policy_accuracy"] == before_eval["eval/id/policy_accuracy"]
+        assert (start / "id_judgments.parquet").is_file() == rm
+        assert any(key.startswith("eval/ood/rm_") for key in shared) == rm
+    assert not (out / "policy" / "seed_0" / "eval").exists()
+    assert summary["Policy"]["eval/ood/policy_accuracy"][0] == pytest.approx(
+        policy_at_1["eval/ood/policy_accuracy"]
+    )
     assert (out / "ablation_heldout.png").is_file() and (out / "ablation_rm_process.png").is_file()
 
     assert list(summary) == [
@@ -582,9 +595,10 @@ def test_ablate_one_seed_one_round(tmp_path: Path) -> None:
     assert not (out / "before" / "seed_0" / "run").exists()
 
     # resumable: a second call trains and evaluates nothing again
-    stamp = (out / "reward-env" / "seed_0" / "eval" / "eval.json").stat().st_mtime_ns
+    evaluated = out / "reward-env" / "seed_0" / "run" / "eval" / "step_001" / "eval.json"
+    stamp = evaluated.stat().st_mtime_ns
     rlanything_ablate(config=config, seeds=1, out_dir=str(out))
-    assert (out / "reward-env" / "seed_0" / "eval" / "eval.json").stat().st_mtime_ns == stamp
+    assert evaluated.stat().st_mtime_ns == stamp
     with pytest.raises(ValueError, match="unknown ablation rows"):
         rlanything_ablate(config=config, seeds=1, out_dir=str(out), rows=["policy", "nope"])
 
