@@ -125,6 +125,10 @@ class UpdateConfig(_Strict):
     """Keep one AdamW for the whole run: its state is saved with each checkpoint and restored by
     the next update (and on resume). False = a fresh AdamW every round (not with fsdp, whose
     sharded state is not saved: there every round starts a fresh one)."""
+    warmup_steps: int = Field(0, ge=0)
+    """Linear learning-rate warmup over the run's first N optimizer steps (counted in the kept
+    optimizer's state): a fresh AdamW moves every weight by about lr on its first steps. 0 = none
+    (reference). verl: `lr_warmup_steps`."""
     micro_batch_size: int = Field(4, ge=1)
     """Samples per forward/backward pass (gradient accumulation inside a mini-batch)."""
     max_grad_norm: float = Field(1.0, gt=0.0)

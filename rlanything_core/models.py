@@ -451,6 +451,12 @@ def with_eos(response_ids: Sequence[int], eos_id: int) -> list[int]:
     return ids if ids and ids[-1] == eos_id else [*ids, eos_id]
 
 
+def _steps_taken(optimizer: torch.optim.Optimizer, params: Sequence[torch.Tensor]) -> int:
+    """Optimizer steps taken so far (AdamW keeps a count per parameter; 0 before the first)."""
+    state = optimizer.state.get(params[0], {}) if params else {}
+    return int(state["step"]) if "step" in state else 0
+
+
 def ppo_update(
     model: PreTrainedModel,
     optimizer: torch.optim.Optimizer,
@@ -464,11 +470,17 @@ def ppo_update(
     micro_batch_size: int = 4,
     max_grad_norm: float = 1.0,
     epochs: int = 1,
+    warmup_steps: int = 0,
     group: Group | None = None,
     on_step: Callable[[int], None] | None = None,
 ) -> dict[str, float]:
     """One RL update: recompute old log-probs, then `epochs` passes of `optimizer_steps` steps on
     equal mini-batches (epochs × optimizer_steps steps in all).
+
+    With `warmup_steps` N > 0 the learning rate rises linearly over the optimizer's first N steps
+    (counted in its state, so across the rounds of a kept optimizer): step k, from 0, takes
+    lr·min(1, (k + 1)/N). A fresh AdamW's first steps move every parameter by about lr whatever
+    the gradient's size (m/√v ≈ ±1); the warmup keeps them small until the moments mean something.
 
     The loss is `ppo_clip_k3_loss` with the old log-probs as both π_old and the KL reference.
     In a `group` of processes (distributed.py) every process takes its share of each mini-batch
@@ -508,6 +520,7 @@ def ppo_update(
         old = [[logprobs(idx)[0] for idx, _ in micros] for micros in plan]
 
     params = [p for p in model.parameters() if p.requires_grad]
+    base_lrs = [float(param_group["lr"]) for param_group in optimizer.param_groups]
     totals: dict[str, float] = {}
     grad_norms = 0.0
     taken = steps * epochs
@@ -526,11 +539,17 @@ def ppo_update(
             for key, value in metrics.items():
                 totals[key] = totals.get(key, 0.0) + value * weight / taken
         grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        if warmup_steps:
+            scale = min(1.0, (_steps_taken(optimizer, params) + 1) / warmup_steps)
+            for param_group, lr in zip(optimizer.param_groups, base_lrs, strict=True):
+                param_group["lr"] = lr * scale
         optimizer.step()
         full = grad_norm.full_tensor() if isinstance(grad_norm, DTensor) else grad_norm
         grad_norms += float(full) / taken
         if on_step is not None:
             on_step(1)
+    for param_group, lr in zip(optimizer.param_groups, base_lrs, strict=True):
+        param_group["lr"] = lr  # the saved state keeps the configured rate
     totals = group.all_sum(totals)
     totals["grad_norm"] = grad_norms
     totals["samples"] = float(len(samples))

@@ -144,6 +144,7 @@ def rl_update(
         micro_batch_size=update.micro_batch_size,
         max_grad_norm=update.max_grad_norm,
         epochs=update.epochs,
+        warmup_steps=update.warmup_steps,
         group=group,
         on_step=on_step,
     )

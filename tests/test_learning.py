@@ -181,6 +181,34 @@ def test_the_optimizer_state_goes_on_from_round_to_round(tmp_path: Path) -> None
     assert not (tmp_path / "r3" / OPTIMIZER_STATE).exists()
 
 
+def test_warmup_scales_the_first_steps_and_goes_on_across_rounds(tmp_path: Path) -> None:
+    """warmup_steps N: step k (counted in the kept optimizer's state) takes lr·(k + 1)/N. A fresh
+    AdamW's first step moves each weight by about lr (m/√v = ±1), so the largest move of step
+    k is lr·(k + 1)/N; after the update the state keeps the configured lr."""
+    model, tok = load_model("tiny", device="cpu")
+    source = save_checkpoint(model, tok, tmp_path / "start")
+    lr, n = 1e-3, 4
+    common = {"device": "cpu", "dtype": "float32", "temperature": 1.0, "seed": 0}
+
+    def largest_move(before: Path, after: Path) -> float:
+        a, b = load_model(str(before), device="cpu")[0], load_model(str(after), device="cpu")[0]
+        return max(
+            float((p - q).detach().abs().max())
+            for p, q in zip(a.parameters(), b.parameters(), strict=True)
+        )
+
+    update = UpdateConfig(lr=lr, optimizer_steps=1, micro_batch_size=1, warmup_steps=n)
+    for k, name in enumerate(("r0", "r1")):
+        start = source if k == 0 else tmp_path / "r0"
+        rl_update(str(start), tmp_path / name, _one_sample(tok), update, **common)
+        assert largest_move(start, tmp_path / name) == pytest.approx(lr * (k + 1) / n, rel=0.02)
+    state = torch.load(tmp_path / "r1" / OPTIMIZER_STATE, weights_only=True)
+    assert state["param_groups"][0]["lr"] == lr
+    plain = update.model_copy(update={"warmup_steps": 0})
+    rl_update(str(source), tmp_path / "plain", _one_sample(tok), plain, **common)
+    assert largest_move(source, tmp_path / "plain") == pytest.approx(lr, rel=0.02)
+
+
 def test_saved_optimizer_state_for_another_model_is_a_clear_error(tmp_path: Path) -> None:
     model, tok = load_model("tiny", device="cpu", trainable=True)
     save_checkpoint(model, tok, tmp_path / "full", make_optimizer(model, lr=1e-3))
