@@ -161,6 +161,9 @@ class WarmStartConfig(_Strict):
     """Passes over the pairs."""
     lr: float = Field(5e-4, gt=0.0)
     """AdamW learning rate of the warm start."""
+    lr_schedule: Literal["constant", "linear"] = "constant"
+    """"linear" decays the learning rate linearly to 0 over the warm start's steps, which ends
+    at a lower loss than a constant rate for the same steps; "constant" keeps `lr`."""
     micro_batch_size: int = Field(8, ge=1)
     """Pairs per optimizer step."""
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import subprocess
 import sys
 import tempfile
@@ -14,7 +15,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal
 
 import numpy as np
 import pandas as pd
@@ -284,11 +285,14 @@ def sft_update(
     epochs: int = 1,
     micro_batch_size: int = 8,
     seed: int = 0,
+    lr_schedule: Literal["constant", "linear"] = "constant",
     on_step: Callable[[int], None] | None = None,
 ) -> dict[str, float]:
     """Supervised fine-tuning: minimize −log π(response | prompt), mean over response tokens.
 
     One optimizer step per micro-batch; pairs are shuffled each epoch with a seeded generator.
+    `lr_schedule="linear"` takes step k of T at lr·(1 − k/T), the optimizer's rate decayed
+    linearly toward 0; the optimizer's rate is restored at the end.
 
     Args:
         pairs: (prompt token ids, response token ids incl. EOS).
@@ -296,9 +300,14 @@ def sft_update(
     model.train()
     rng = np.random.default_rng(seed % (1 << 32))
     losses: list[float] = []
+    base_lrs = [float(group["lr"]) for group in optimizer.param_groups]
+    total = epochs * math.ceil(len(pairs) / micro_batch_size)
     for _ in range(epochs):
         order = rng.permutation(len(pairs))
         for start in range(0, len(order), micro_batch_size):
+            if lr_schedule == "linear":
+                for group, lr in zip(optimizer.param_groups, base_lrs, strict=True):
+                    group["lr"] = lr * (1.0 - len(losses) / total)
             batch = [pairs[i] for i in order[start : start + micro_batch_size]]
             logp, mask = response_logprobs(
                 model,  # type: ignore[arg-type]
@@ -314,6 +323,8 @@ def sft_update(
             losses.append(loss.item())
             if on_step is not None:
                 on_step(1)
+    for group, lr in zip(optimizer.param_groups, base_lrs, strict=True):
+        group["lr"] = lr
     return {
         "sft_loss": float(np.mean(losses[-max(1, len(losses) // 4) :])),
         "sft_steps": float(len(losses)),
@@ -344,6 +355,7 @@ def sft_finetune(
     epochs: int,
     micro_batch_size: int,
     seed: int,
+    lr_schedule: Literal["constant", "linear"] = "constant",
     on_step: Callable[[int], None] | None = None,
 ) -> tuple[dict[str, float], list[tuple[list[int], list[int]]]]:
     """Load `source`, fine-tune it on `build_pairs(tokenizer)`, save it to `out_dir`.
@@ -363,6 +375,7 @@ def sft_finetune(
             epochs=epochs,
             micro_batch_size=micro_batch_size,
             seed=seed,
+            lr_schedule=lr_schedule,
             on_step=on_step,
         )
         if pairs

@@ -278,6 +278,7 @@ def warm_start(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics
                 epochs=ws.epochs,
                 micro_batch_size=ws.micro_batch_size,
                 seed=config.seed,
+                lr_schedule=ws.lr_schedule,
                 on_step=advance,
             )
         rows = [

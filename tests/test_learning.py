@@ -209,6 +209,28 @@ def test_warmup_scales_the_first_steps_and_goes_on_across_rounds(tmp_path: Path)
     assert largest_move(source, tmp_path / "plain") == pytest.approx(lr, rel=0.02)
 
 
+@pytest.mark.parametrize("schedule", ["constant", "linear"])
+def test_warm_start_lr_schedule(schedule: str) -> None:
+    """warm_start.lr_schedule: "linear" takes step k of T at lr·(1 − k/T); the rate is restored."""
+    model, tok = load_model("tiny", device="cpu", trainable=True)
+    optimizer = make_optimizer(model, lr=1e-3)
+    seen: list[float] = []
+    step = optimizer.step
+
+    def spy(*args: object, **kwargs: object) -> object:
+        seen.append(optimizer.param_groups[0]["lr"])
+        return step(*args, **kwargs)
+
+    optimizer.step = spy  # type: ignore[method-assign]
+    prompt = encode_chat(tok, _toy_prompt("look around"))
+    pairs = [(prompt, with_eos([5 + k], tok.eos_token_id)) for k in range(2)]
+    sft_update(model, optimizer, pairs, pad_id=tok.pad_token_id, epochs=2, micro_batch_size=1,
+               lr_schedule=schedule)  # type: ignore[arg-type]  # fmt: skip
+    expected = [1e-3, 0.75e-3, 0.5e-3, 0.25e-3] if schedule == "linear" else [1e-3] * 4
+    assert seen == pytest.approx(expected)
+    assert optimizer.param_groups[0]["lr"] == 1e-3
+
+
 def test_saved_optimizer_state_for_another_model_is_a_clear_error(tmp_path: Path) -> None:
     model, tok = load_model("tiny", device="cpu", trainable=True)
     save_checkpoint(model, tok, tmp_path / "full", make_optimizer(model, lr=1e-3))
