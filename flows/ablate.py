@@ -29,6 +29,7 @@ the same models with the same seeds for every seed: its interval is that of one 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +37,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from prefect import flow
+import torch
+from prefect import flow, task
+from prefect.task_runners import ProcessPoolTaskRunner
 
 from flows.evaluate import SPLITS, policy_metrics, reward_model_metrics, rlanything_eval
 from flows.tracking import plot_heldout, plot_rows
@@ -88,12 +91,18 @@ Datasets = dict[str, tuple[pd.DataFrame, pd.DataFrame | None]]
 
 @flow(name="rlanything-ablate")
 def rlanything_ablate(
-    config: RunConfig, seeds: int, out_dir: str, rows: list[str] | None = None
+    config: RunConfig,
+    seeds: int,
+    out_dir: str,
+    rows: list[str] | None = None,
+    workers: int = 1,
 ) -> dict[str, Any]:
     """Train and evaluate every row (or those whose slugs are in `rows`) for seeds
     0..seeds−1 (config.seed + k), Before once; write ablation.json (per row: [mean, std] over
     seeds, the pooled [value, low, high] of every accuracy, and the per-seed values),
-    ablation.md and per-round plots to `out_dir`."""
+    ablation.md and per-round plots to `out_dir`. With `workers` > 1 the (row, seed) runs train
+    side by side in that many processes (Prefect's process pool), each with its share of the
+    CPU's cores as torch threads."""
     unknown = sorted(set(rows or ()) - set(ROW_SLUGS))
     if unknown:
         raise ValueError(f"unknown ablation rows {unknown}; choose from {', '.join(ROW_SLUGS)}")
@@ -104,58 +113,55 @@ def rlanything_ablate(
     datasets: dict[str, dict[int, Datasets]] = {}
     curves: dict[str, list[list[dict[str, float]]]] = {}
     heldout: dict[str, dict[int, dict[int, Datasets]]] = {}  # row -> step -> seed -> datasets
-    for row in chosen:
-        name, mode = row.name, row.mode
-        # Before evaluates the same warm-started models with the same evaluation seeds at every
-        # seed: one evaluation is the whole measurement, shown without a spread.
-        for k in range(seeds if mode is not None else 1):
-            seed = config.seed + k
-            cell = out / row.slug / f"seed_{seed}"
-            run = RunDir(cell / "run")
-            row_config = RunConfig.model_validate(
-                config.model_dump()
-                | {"mode": mode or "policy", "seed": seed}
-                | {"advantage": config.advantage.model_dump() | dict(row.advantage)}
-            )
-            before = out / "before" / f"seed_{config.seed}" / "eval"
-            if mode is not None and len(_rounds(run)) < config.rounds:
-                if (before / "eval.json").is_file():
-                    share_start(before, run, row_config)
-                rlanything_train(config=row_config, run_dir=str(run.root))
-            evaluated = cell / "eval"
-            last = run.root / "eval" / f"step_{config.rounds:03d}"
-            if (
-                mode is not None
-                and set(config.evaluation.curve_splits) == set(SPLITS)
-                and (last / "eval.json").is_file()
-            ):
-                evaluated = last  # the learning curve's last point is this evaluation
-            elif not (evaluated / "eval.json").is_file():
-                after = 0 if mode is None else config.rounds
-                rlanything_eval(
-                    config=row_config,
-                    policy=run.model_before("policy", after, config.policy.model.source),
-                    reward_model=None
-                    if mode == "outcome_only"
-                    else run.model_before("reward_model", after, config.reward_model.model.source),
-                    out_dir=str(evaluated),
+    # Before evaluates the same warm-started models with the same evaluation seeds at every
+    # seed: one evaluation is the whole measurement, shown without a spread.
+    cells = [
+        Cell(row, seed, out / row.slug / f"seed_{seed}", _row_config(config, row, seed))
+        for row in chosen
+        for seed in range(config.seed, config.seed + (seeds if row.mode is not None else 1))
+    ]
+    before = out / "before" / f"seed_{config.seed}" / "eval"
+    for cell in cells:  # Before first: the trained rows' curves start from its evaluation
+        if cell.row.mode is None:
+            _evaluated(cell)
+    pending = [c for c in cells if c.row.mode is not None and len(_rounds(c.run)) < config.rounds]
+    for cell in pending:
+        if (before / "eval.json").is_file():
+            share_start(before, cell.run, cell.config)
+    if workers > 1 and len(pending) > 1:
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        with ProcessPoolTaskRunner(max_workers=workers) as runner:
+            futures = [
+                runner.submit(
+                    train_cell,
+                    {"config": c.config, "run_dir": str(c.run.root), "threads": threads},
                 )
-            metrics = json.loads((evaluated / "eval.json").read_text())
-            found = eval_datasets(row_config, evaluated)
-            # recomputed from the eval's datasets: pass@k, intervals and balanced accuracies
-            # also for an eval.json written before they existed
-            metrics |= _metrics(found, config.reward_model.votes)
-            datasets.setdefault(name, {})[seed] = found
-            rounds = _rounds(run)
-            accepted = 0.0 if mode != "env" else float(rounds[-1]["env/accepted_tasks_total"])
-            results.setdefault(name, []).append(
-                {k: v for k, v in metrics.items() if k.startswith("eval/")}
-                | {"accepted_tasks": accepted}
-            )
-            if mode is not None:
-                curves.setdefault(name, []).append(rounds)
-                for step, found_at in curve_datasets(row_config, run).items():
-                    heldout.setdefault(name, {}).setdefault(step, {})[seed] = found_at
+                for c in pending
+            ]
+            for future in futures:
+                future.result()
+    else:
+        for cell in pending:
+            rlanything_train(config=cell.config, run_dir=str(cell.run.root))
+    for cell in cells:
+        name, mode, seed = cell.row.name, cell.row.mode, cell.seed
+        evaluated = _evaluated(cell)
+        metrics = json.loads((evaluated / "eval.json").read_text())
+        found = eval_datasets(cell.config, evaluated)
+        # recomputed from the eval's datasets: pass@k, intervals and balanced accuracies
+        # also for an eval.json written before they existed
+        metrics |= _metrics(found, config.reward_model.votes)
+        datasets.setdefault(name, {})[seed] = found
+        rounds = _rounds(cell.run)
+        accepted = 0.0 if mode != "env" else float(rounds[-1]["env/accepted_tasks_total"])
+        results.setdefault(name, []).append(
+            {k: v for k, v in metrics.items() if k.startswith("eval/")}
+            | {"accepted_tasks": accepted}
+        )
+        if mode is not None:
+            curves.setdefault(name, []).append(rounds)
+            for step, found_at in curve_datasets(cell.config, cell.run).items():
+                heldout.setdefault(name, {}).setdefault(step, {})[seed] = found_at
     summary = _summarize(results)
     pooled = {
         name: pooled_intervals(by_seed, config.reward_model.votes)
@@ -177,6 +183,65 @@ def rlanything_ablate(
     plot_rows(curves, out)
     plot_heldout(per_step, out)
     return summary
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One (row, seed) of the table: its directory and its run's config."""
+
+    row: Row
+    seed: int
+    root: Path
+    config: RunConfig
+
+    @property
+    def run(self) -> RunDir:
+        return RunDir(self.root / "run")
+
+
+def _row_config(config: RunConfig, row: Row, seed: int) -> RunConfig:
+    return RunConfig.model_validate(
+        config.model_dump()
+        | {"mode": row.mode or "policy", "seed": seed}
+        | {"advantage": config.advantage.model_dump() | dict(row.advantage)}
+    )
+
+
+@task(name="train-cell")
+def train_cell(config: RunConfig, run_dir: str, threads: int) -> None:
+    """Train one (row, seed) in a worker process with `threads` torch threads."""
+    # Imported here: the process pool pickles this function by value, and a flow pickled with it
+    # would lose its module's names (the parameter types Prefect validates against).
+    from flows.train import rlanything_train as train
+
+    torch.set_num_threads(threads)
+    train(config=config, run_dir=run_dir)
+
+
+def _evaluated(cell: Cell) -> Path:
+    """The directory of the cell's held-out evaluation, run now if missing: the models after the
+    last round (Before: the starting ones). Where the learning curve's last point covers both
+    splits it is that evaluation."""
+    config, mode, run = cell.config, cell.row.mode, cell.run
+    last = run.root / "eval" / f"step_{config.rounds:03d}"
+    if (
+        mode is not None
+        and set(config.evaluation.curve_splits) == set(SPLITS)
+        and (last / "eval.json").is_file()
+    ):
+        return last
+    evaluated = cell.root / "eval"
+    if not (evaluated / "eval.json").is_file():
+        after = 0 if mode is None else config.rounds
+        rlanything_eval(
+            config=config,
+            policy=run.model_before("policy", after, config.policy.model.source),
+            reward_model=None
+            if mode == "outcome_only"
+            else run.model_before("reward_model", after, config.reward_model.model.source),
+            out_dir=str(evaluated),
+        )
+    return evaluated
 
 
 def warm_started(config: RunConfig, run: RunDir) -> RunConfig:

@@ -3,7 +3,7 @@
 rlanything train --config FILE [--rounds N] [--run-dir DIR] [--seed S]
 rlanything resume --run-dir DIR
 rlanything eval --config FILE --policy CKPT [--reward-model CKPT] [--out DIR]
-rlanything ablate --config FILE --seeds N [--rounds R] [--rows A,B] --out DIR
+rlanything ablate --config FILE --seeds N [--rounds R] [--rows A,B] [--workers W] --out DIR
 rlanything rloop --config FILE [--cycles C] [--run-dir DIR]
 rlanything sandbox run PROGRAM.py [--stdin FILE] [--timeout S] [--isolation LEVEL]
 rlanything humaneval --out FILE.parquet [--all]
@@ -167,7 +167,9 @@ def _ablate(args: argparse.Namespace) -> int:
     from flows.ablate import rlanything_ablate
 
     rows = args.rows.split(",") if args.rows else None
-    rlanything_ablate(config=config, seeds=args.seeds, out_dir=args.out, rows=rows)
+    rlanything_ablate(
+        config=config, seeds=args.seeds, out_dir=args.out, rows=rows, workers=args.workers
+    )
     console.print((Path(args.out) / "ablation.md").read_text())
     console.print(f"written to {Path(args.out) / 'ablation.json'} and the PNG plots beside it")
     return 0
@@ -314,6 +316,12 @@ def main(argv: list[str] | None = None) -> int:
         "--rows",
         help="comma-separated rows to run (default all): before, outcome-only, policy, reward, "
         "reward-env, step-only, anchor-state",
+    )
+    ab.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="train this many (row, seed) runs side by side, one process each (default 1)",
     )
     ab.set_defaults(func=_ablate)
     rl = sub.add_parser("rloop", help="RLoop: cycles of RL rounds and fine-tuning on successes")

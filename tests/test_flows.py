@@ -510,6 +510,9 @@ def test_learning_curve_evaluates_every_round_once(tmp_path: Path) -> None:
     assert best.tags["checkpoint"] == str(run.checkpoint("policy", best_round))
 
 
+SLUG_NAMES = {"outcome-only": "Outcome-only", "policy": "Policy"}
+
+
 def test_ablate_one_seed_one_round(tmp_path: Path) -> None:
     data = tiny(rounds=1, rollouts_per_task=2).model_dump()
     data["evaluation"] = {"num_tasks": 1, "rollouts_per_task": 2, "seed": 7, "every": 1}
@@ -601,6 +604,25 @@ def test_ablate_one_seed_one_round(tmp_path: Path) -> None:
     assert evaluated.stat().st_mtime_ns == stamp
     with pytest.raises(ValueError, match="unknown ablation rows"):
         rlanything_ablate(config=config, seeds=1, out_dir=str(out), rows=["policy", "nope"])
+
+    # Two worker processes train the same rows to the same data (paths aside)
+    side = tmp_path / "side-by-side"
+    parallel = rlanything_ablate(
+        config=config, seeds=1, out_dir=str(side), rows=["before", "outcome-only", "policy"],
+        workers=2,
+    )  # fmt: skip
+    assert list(parallel) == ["Before", "Outcome-only", "Policy"]
+    for slug in ("outcome-only", "policy"):
+        for name in ("rollouts", "policy_samples"):
+            alone, beside = (
+                read_dataset(RunDir(root / slug / "seed_0" / "run").dataset(0, name), name)
+                for root in (out, side)
+            )
+            pd.testing.assert_frame_equal(
+                alone.drop(columns="checkpoint"), beside.drop(columns="checkpoint")
+            )
+        same = json.dumps(parallel[SLUG_NAMES[slug]]) == json.dumps(summary[SLUG_NAMES[slug]])
+        assert same  # NaN cells included
 
 
 def test_coding_two_rounds_with_unit_test_reward_model(tmp_path: Path) -> None:
