@@ -571,16 +571,20 @@ def plot_rows(curves: dict[str, list[list[dict[str, float]]]], out: Path) -> lis
             )
             mean = frame.groupby("round")[key].mean()
             ax.plot(mean.index, mean.to_numpy(), marker="o", label=name)
-        ax.set_xlabel("round")
-        ax.set_title(title)
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        path = out / file
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        paths.append(path)
+        paths.append(_save_rows_figure(fig, ax, "round", title, out / file))
     return paths
+
+
+def _save_rows_figure(fig: Any, ax: Any, xlabel: str, title: str, path: Path) -> Path:
+    """Label, lay out, save as PNG and close an ablation plot (one line per row)."""
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 def plot_heldout(curves: dict[str, list[dict[str, Any]]], out: Path) -> list[Path]:
@@ -608,13 +612,5 @@ def plot_heldout(curves: dict[str, list[dict[str, Any]]], out: Path) -> list[Pat
             step, value, low, high = np.array(points, dtype=float).T
             (line,) = ax.plot(step, value, marker="o", label=name)
             ax.fill_between(step, low, high, color=line.get_color(), alpha=0.15)
-        ax.set_xlabel("rounds done")
-        ax.set_title(title)
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        path = out / file
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        paths.append(path)
+        paths.append(_save_rows_figure(fig, ax, "rounds done", title, out / file))
     return paths

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from rlanything_core.feedback import (
@@ -192,24 +193,14 @@ def test_loop_and_vectorized_agree(seed: int) -> None:
 def test_invalid_action_penalty_lowers_the_reward_of_invalid_steps_only() -> None:
     """R = O − c·[invalid]: with c = 0.5 the invalid step of the won episode gets R = 0.5 and an
     advantage below its valid siblings'; with c = 0 (the paper's R) it gets theirs."""
-    import pandas as pd
-
     from rlanything_core.signals import policy_samples
 
     steps = [(0, 0, True), (0, 1, False), (0, 2, True), (1, 0, True), (1, 1, True)]
-    rollouts = pd.DataFrame(
-        {
-            "round": 0,
-            "task_id": "t",
-            "task_version": 1,
-            "rollout_idx": [g for g, _, _ in steps],
-            "step_idx": [i for _, i, _ in steps],
-            "seed": 0,
-            "checkpoint": "c",
-            "outcome": [1, 1, 1, -1, -1],
-            "action_valid": [v for _, _, v in steps],
-            "num_steps": [3, 3, 3, 2, 2],
-        }
+    rollouts = _one_task(
+        [(g, i) for g, i, _ in steps],
+        outcome=[1, 1, 1, -1, -1],
+        action_valid=[v for _, _, v in steps],
+        num_steps=[3, 3, 3, 2, 2],
     )
 
     def advantages(c: float) -> tuple[list[float], list[float]]:
@@ -258,26 +249,16 @@ def test_state_advantages_group_the_steps_of_one_state_by_hand() -> None:
 
 
 def test_policy_samples_state_grouping_and_outcome_weight() -> None:
-    import pandas as pd
-
     from rlanything_core.signals import policy_samples, rm_samples
 
     steps = [(0, 0, "A"), (0, 1, "B"), (1, 0, "A"), (1, 1, "A"), (1, 2, "B")]
-    rollouts = pd.DataFrame(
-        {
-            "round": 0,
-            "task_id": "t",
-            "task_version": 1,
-            "rollout_idx": [g for g, _, _ in steps],
-            "step_idx": [i for _, i, _ in steps],
-            "seed": 0,
-            "checkpoint": "c",
-            "prompt": [state for _, _, state in steps],
-            "outcome": [1, 1, -1, -1, -1],
-            "action_valid": True,
-            "progress": [True, True, False, False, True],
-            "num_steps": [2, 2, 3, 3, 3],
-        }
+    rollouts = _one_task(
+        [(g, i) for g, i, _ in steps],
+        prompt=[state for _, _, state in steps],
+        outcome=[1, 1, -1, -1, -1],
+        action_valid=True,
+        progress=[True, True, False, False, True],
+        num_steps=[2, 2, 3, 3, 3],
     )
     verdicts = [1, -1, 1, -1, -1]  # one vote per step
     judgments = rollouts[["round", "task_id", "task_version", "rollout_idx", "step_idx", "seed",
@@ -324,4 +305,20 @@ def test_grouping_and_outcome_weight_are_checked_against_the_config() -> None:
         RunConfig.model_validate({"mode": "outcome_only", "advantage": {"outcome_weight": 0.0}})
     assert RunConfig.model_validate({"advantage": {"outcome_weight": 0.0}}).advantage.grouping == (
         "step_index"
+    )
+
+
+def _one_task(steps: list[tuple[int, int]], **columns: object) -> pd.DataFrame:
+    """Rollout rows of task "t" (version 1, round 0): (rollout, step index) each, plus `columns`."""
+    return pd.DataFrame(
+        {
+            "round": 0,
+            "task_id": "t",
+            "task_version": 1,
+            "rollout_idx": [g for g, _ in steps],
+            "step_idx": [i for _, i in steps],
+            "seed": 0,
+            "checkpoint": "c",
+            **columns,
+        }
     )
