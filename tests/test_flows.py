@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import mlflow
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -618,9 +619,18 @@ def test_ablate_one_seed_one_round(tmp_path: Path) -> None:
                 read_dataset(RunDir(root / slug / "seed_0" / "run").dataset(0, name), name)
                 for root in (out, side)
             )
+            # the sampler's log-probs round differently with another number of torch threads
+            floats = [c for c in ("sampler_logprobs",) if c in alone]
             pd.testing.assert_frame_equal(
-                alone.drop(columns="checkpoint"), beside.drop(columns="checkpoint")
+                alone.drop(columns=["checkpoint", *floats]),
+                beside.drop(columns=["checkpoint", *floats]),
             )
+            for column in floats:
+                np.testing.assert_allclose(
+                    np.concatenate(alone[column].to_list()),
+                    np.concatenate(beside[column].to_list()),
+                    atol=1e-4,
+                )
         same = json.dumps(parallel[SLUG_NAMES[slug]]) == json.dumps(summary[SLUG_NAMES[slug]])
         assert same  # NaN cells included
 
