@@ -146,8 +146,10 @@ def rlanything_ablate(
     for cell in cells:
         name, mode, seed = cell.row.name, cell.row.mode, cell.seed
         evaluated = _evaluated(cell)
+        curve = curve_datasets(cell.config, cell.run) if mode is not None else {}
         metrics = json.loads((evaluated / "eval.json").read_text())
-        found = eval_datasets(cell.config, evaluated)
+        at_end = curve.get(config.rounds) if evaluated.name == f"step_{config.rounds:03d}" else None
+        found = at_end or eval_datasets(cell.config, evaluated)
         # recomputed from the eval's datasets: pass@k, intervals and balanced accuracies
         # also for an eval.json written before they existed
         metrics |= _metrics(found, config.reward_model.votes)
@@ -160,7 +162,7 @@ def rlanything_ablate(
         )
         if mode is not None:
             curves.setdefault(name, []).append(rounds)
-            for step, found_at in curve_datasets(cell.config, cell.run).items():
+            for step, found_at in curve.items():
                 heldout.setdefault(name, {}).setdefault(step, {})[seed] = found_at
     summary = _summarize(results)
     pooled = {

@@ -136,8 +136,8 @@ def state_advantages(
         state_keys: (N,) the state each step was taken from (equal keys = the same state).
         singleton: what a state seen once gets: "raw" R or "zero".
     """
-    groups = _pair_ids(task_keys, state_keys)
-    return standardize_groups(rewards, groups, eps=eps, singleton=singleton)
+    # the step-index estimator's (task, key) groups, keyed by state instead of index
+    return step_advantages(rewards, task_keys, state_keys, eps=eps, singleton=singleton)
 
 
 def task_level_advantages(

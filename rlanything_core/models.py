@@ -451,6 +451,12 @@ def with_eos(response_ids: Sequence[int], eos_id: int) -> list[int]:
     return ids if ids and ids[-1] == eos_id else [*ids, eos_id]
 
 
+def scale_lr(optimizer: torch.optim.Optimizer, base_lrs: Sequence[float], scale: float) -> None:
+    """Set each parameter group's learning rate to its base rate × `scale` (a schedule's step)."""
+    for param_group, lr in zip(optimizer.param_groups, base_lrs, strict=True):
+        param_group["lr"] = lr * scale
+
+
 def _steps_taken(optimizer: torch.optim.Optimizer, params: Sequence[torch.Tensor]) -> int:
     """Optimizer steps taken so far (AdamW keeps a count per parameter; 0 before the first)."""
     state = optimizer.state.get(params[0], {}) if params else {}
@@ -541,15 +547,13 @@ def ppo_update(
         grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
         if warmup_steps:
             scale = min(1.0, (_steps_taken(optimizer, params) + 1) / warmup_steps)
-            for param_group, lr in zip(optimizer.param_groups, base_lrs, strict=True):
-                param_group["lr"] = lr * scale
+            scale_lr(optimizer, base_lrs, scale)
         optimizer.step()
         full = grad_norm.full_tensor() if isinstance(grad_norm, DTensor) else grad_norm
         grad_norms += float(full) / taken
         if on_step is not None:
             on_step(1)
-    for param_group, lr in zip(optimizer.param_groups, base_lrs, strict=True):
-        param_group["lr"] = lr  # the saved state keeps the configured rate
+    scale_lr(optimizer, base_lrs, 1.0)  # the saved state keeps the configured rate
     totals = group.all_sum(totals)
     totals["grad_norm"] = grad_norms
     totals["samples"] = float(len(samples))

@@ -36,6 +36,7 @@ from rlanything_core.models import (
     ppo_update,
     response_logprobs,
     save_checkpoint,
+    scale_lr,
     with_eos,
 )
 from rlanything_core.seeding import derive_seed, seed_everything
@@ -306,8 +307,7 @@ def sft_update(
         order = rng.permutation(len(pairs))
         for start in range(0, len(order), micro_batch_size):
             if lr_schedule == "linear":
-                for group, lr in zip(optimizer.param_groups, base_lrs, strict=True):
-                    group["lr"] = lr * (1.0 - len(losses) / total)
+                scale_lr(optimizer, base_lrs, 1.0 - len(losses) / total)
             batch = [pairs[i] for i in order[start : start + micro_batch_size]]
             logp, mask = response_logprobs(
                 model,  # type: ignore[arg-type]
@@ -323,8 +323,7 @@ def sft_update(
             losses.append(loss.item())
             if on_step is not None:
                 on_step(1)
-    for group, lr in zip(optimizer.param_groups, base_lrs, strict=True):
-        group["lr"] = lr
+    scale_lr(optimizer, base_lrs, 1.0)
     return {
         "sft_loss": float(np.mean(losses[-max(1, len(losses) // 4) :])),
         "sft_steps": float(len(losses)),
