@@ -113,6 +113,7 @@ def rlanything_ablate(
     datasets: dict[str, dict[int, Datasets]] = {}
     curves: dict[str, list[list[dict[str, float]]]] = {}
     heldout: dict[str, dict[int, dict[int, Datasets]]] = {}  # row -> step -> seed -> datasets
+    once: set[tuple[str, int]] = set()  # (row, step) that is one measurement for every seed
     # Before evaluates the same warm-started models with the same evaluation seeds at every
     # seed: one evaluation is the whole measurement, shown without a spread.
     cells = [
@@ -163,20 +164,18 @@ def rlanything_ablate(
         if mode is not None:
             curves.setdefault(name, []).append(rounds)
             for step, found_at in curve.items():
-                heldout.setdefault(name, {}).setdefault(step, {})[seed] = found_at
+                by_seed = heldout.setdefault(name, {}).setdefault(step, {})
+                if step == 0 and _shared(cell.run):  # Before's evaluation: one measurement
+                    once.add((name, step))
+                    if by_seed:
+                        continue
+                by_seed[seed] = found_at
     summary = _summarize(results)
     pooled = {
         name: pooled_intervals(by_seed, config.reward_model.votes)
         for name, by_seed in datasets.items()
     }
-    per_step = {
-        name: [
-            {"step": step, **pooled_intervals(by_seed, config.reward_model.votes)}
-            for step, by_seed in sorted(steps.items())
-            if len(by_seed) == seeds  # a step that every seed evaluated
-        ]
-        for name, steps in heldout.items()
-    }
+    per_step = pooled_curves(heldout, once, seeds, config.reward_model.votes)
     write_json(out / "ablation.json", {"seeds": seeds, "rounds": config.rounds, "rows": summary,
                                        "pooled": pooled, "per_seed": results,
                                        "curves": per_step})  # fmt: skip
@@ -359,6 +358,31 @@ def pooled_intervals(by_seed: dict[int, Datasets], votes: int) -> dict[str, list
         for key, value in metrics.items()
         if f"{key}_ci_low" in metrics
     }
+
+
+def pooled_curves(
+    heldout: dict[str, dict[int, dict[int, Datasets]]],
+    once: set[tuple[str, int]],
+    seeds: int,
+    votes: int,
+) -> dict[str, list[dict[str, Any]]]:
+    """Each row's learning curve, pooled over seeds per rounds done (`pooled_intervals`): the
+    steps that every seed evaluated, and those in `once` (row, step), which are one measurement
+    shared by every seed (Before's evaluation as step 0) and counted once, not once per seed."""
+    return {
+        name: [
+            {"step": step, **pooled_intervals(by_seed, votes)}
+            for step, by_seed in sorted(steps.items())
+            if len(by_seed) == seeds or (name, step) in once
+        ]
+        for name, steps in heldout.items()
+    }
+
+
+def _shared(run: RunDir) -> bool:
+    """Whether the run's step-0 evaluation is Before's, copied by `share_start`."""
+    stored = json.loads((run.root / "eval" / "step_000" / "eval.json").read_text())
+    return "shared_from" in stored
 
 
 def _per_seed(frame: pd.DataFrame, seed: int) -> pd.DataFrame:

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from flows.ablate import ROWS, _markdown, _metrics, _summarize, pooled_intervals
+from flows.ablate import ROWS, _markdown, _metrics, _summarize, pooled_curves, pooled_intervals
 from flows.evaluate import SPLITS
 from rlanything_core.stats import (
     Z,
@@ -143,3 +143,23 @@ def test_ablation_pools_seeds_as_separate_clusters() -> None:
     assert "| Policy | 50.0 ± 25.0 [10.0, 90.0] | 50.0 ± 25.0 [10.0, 90.0] | – |" in table
     before = next(line for line in table.splitlines() if line.startswith("| Before |"))
     assert "±" not in before and "[10.0, 90.0]" in before
+
+
+def test_a_step_shared_by_every_seed_is_pooled_once() -> None:
+    """Step 0 of a row's curve is Before's evaluation in every seed: pooled once, its interval is
+    that of its own episodes; step 1 pools both seeds; a step only one seed has is left out."""
+    start = _episodes({"a": [1, -1], "b": [-1, -1], "c": [1, 1]})
+    later = {0: _episodes({"a": [1, -1], "b": [-1, -1]}), 1: _episodes({"a": [1, 1], "b": [1, -1]})}
+    heldout = {
+        "Policy": {
+            0: {0: {"id": (start, None)}},  # the copy in seed 1 was not added
+            1: {seed: {"id": (frame, None)} for seed, frame in later.items()},
+            2: {0: {"id": (later[0], None)}},
+        }
+    }
+    curves = pooled_curves(heldout, {("Policy", 0)}, seeds=2, votes=1)["Policy"]
+    assert [p["step"] for p in curves] == [0, 1]
+    alone = pooled_intervals({0: {"id": (start, None)}}, votes=1)["eval/id/policy_accuracy"]
+    assert curves[0]["eval/id/policy_accuracy"] == pytest.approx(alone)
+    half = 1.96 * math.sqrt(1 / 24)  # as in test_ablation_pools_seeds_as_separate_clusters
+    assert curves[1]["eval/id/policy_accuracy"] == pytest.approx([0.5, 0.5 - half, 0.5 + half])
