@@ -26,13 +26,14 @@ import pandas as pd
 
 from flows.evaluate import eval_tasks
 from rlanything_core.config import load_config
+from rlanything_core.demos import TextGame
+from rlanything_core.environment import TaskSpec
 from rlanything_core.envs.household import HouseholdEpisode
-from rlanything_core.envs.specs import TextSpec, text_episode
-from rlanything_core.envs.textworld_env import GameEpisode
+from rlanything_core.envs.text_environment import TextEnvironment
 from rlanything_core.stats import accuracy
 
 
-def step_class(episode: HouseholdEpisode | GameEpisode, expert: str) -> str:
+def step_class(episode: TextGame, expert: str) -> str:
     """The kind of decision the expert's action `expert` is at the episode's current state."""
     verb = expert.split()[0]
     if verb != "go" or not isinstance(episode, HouseholdEpisode):
@@ -48,13 +49,15 @@ def step_class(episode: HouseholdEpisode | GameEpisode, expert: str) -> str:
     return "go-seen" if in_sight else "go-hidden"
 
 
-def diagnose(rollouts: pd.DataFrame, specs: dict[str, TextSpec]) -> list[dict[str, object]]:
+def diagnose(
+    rollouts: pd.DataFrame, env: TextEnvironment, specs: dict[str, TaskSpec]
+) -> list[dict[str, object]]:
     """One row per decision class: steps, share of steps, expert-match, invalid and chance rates."""
     # per class: steps, matched, invalid, chance; and (matched?, task) per step for the interval
     steps: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
     chosen: dict[str, list[tuple[bool, str]]] = defaultdict(list)
     for (task_id, _), episode_rows in rollouts.groupby(["task_id", "rollout_idx"]):
-        episode = text_episode(specs[str(task_id)])
+        episode = env.game(specs[str(task_id)])
         household = isinstance(episode, HouseholdEpisode)
         for row in episode_rows.sort_values("step_idx").itertuples():
             actions = episode.actions
@@ -103,14 +106,15 @@ def main() -> None:
     parser.add_argument("rollouts", nargs="+", help="eval id_rollouts.parquet files")
     args = parser.parse_args()
     config = load_config(args.config)
-    if config.environment.name not in ("household", "textworld"):
-        parser.error(f"{args.config}: household and textworld configs only")
-    by_id = {t.task_id: t.spec for t in eval_tasks(config, "id") if isinstance(t.spec, TextSpec)}
+    env = config.environment.env
+    if not isinstance(env, TextEnvironment):
+        parser.error(f"{args.config}: text environments (household, textworld, alfworld) only")
+    by_id = {t.task_id: t.spec for t in eval_tasks(config, "id")}
     for path in args.rollouts:
         rollouts = pd.read_parquet(path)
         outcomes = rollouts.drop_duplicates(["task_id", "rollout_idx"])["outcome"]
         print(f"{Path(path)}: {len(outcomes)} episodes, success {(outcomes > 0).mean():.3f}")
-        print(markdown(diagnose(rollouts, by_id)))
+        print(markdown(diagnose(rollouts, env, by_id)))
 
 
 if __name__ == "__main__":

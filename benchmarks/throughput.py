@@ -21,7 +21,6 @@ import torch
 from common import bench_config, save
 
 from rlanything_core.engines import HFEngine
-from rlanything_core.envs.household import generate_specs
 from rlanything_core.judging import judge
 from rlanything_core.models import eos_ids, load_model
 from rlanything_core.rollout import Sampling, TaskRef, play
@@ -76,13 +75,11 @@ def measure(config_path: str, num_tasks: int, repeats: int) -> dict[str, Any]:
     pm, rm = config.policy.model, config.reward_model.model
     policy, policy_tok = load_model(pm.source, device=pm.device, dtype=pm.dtype)
     judge_model, judge_tok = load_model(rm.source, device=rm.device, dtype=rm.dtype)
-    specs = generate_specs("id", num_tasks, seed=7, step_slack=config.environment.step_slack)
+    env = config.environment.env
+    specs = env.generate("id", num_tasks, seed=7)
     tasks = [TaskRef(f"bench-{i:03d}", 1, s) for i, s in enumerate(specs)]
     sampling = Sampling(
-        temperature=pm.temperature,
-        max_new_tokens=pm.max_new_tokens,
-        batch_size=pm.batch_size,
-        history_steps=config.environment.history_steps,
+        temperature=pm.temperature, max_new_tokens=pm.max_new_tokens, batch_size=pm.batch_size
     )
     rm_kwargs = {
         "votes": config.reward_model.votes,
@@ -91,13 +88,14 @@ def measure(config_path: str, num_tasks: int, repeats: int) -> dict[str, Any]:
         "temperature": rm.temperature,
         "max_new_tokens": rm.max_new_tokens,
         "batch_size": rm.batch_size,
-        "history_steps": config.environment.history_steps,
+        "env": env,
     }
     rollout_runs, judge_runs = [], []
     for k in range(repeats + 1):  # the first repeat warms up and is not counted
         start = time.perf_counter()
-        rows = play(HFEngine(policy, policy_tok), tasks, rollouts_per_task=config.rollouts_per_task,
-                    round_idx=0, base_seed=k, checkpoint=pm.source, sampling=sampling)  # fmt: skip
+        rows = play(HFEngine(policy, policy_tok), env, tasks, sampling=sampling,
+                    rollouts_per_task=config.rollouts_per_task, round_idx=0, base_seed=k,
+                    checkpoint=pm.source)  # fmt: skip
         play_s = time.perf_counter() - start
         rollouts = rows_frame(rows, "rollouts")
         play_tokens = int(rollouts["response_token_ids"].map(len).sum())

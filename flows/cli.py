@@ -241,7 +241,7 @@ def _humaneval(args: argparse.Namespace) -> int:
     from rlanything_core.schemas import write_dataset
 
     tasks = load_humaneval(complete_only=not args.all)
-    frame = tasks_frame([t.task_id for t in tasks], [t.spec for t in tasks])
+    frame = tasks_frame([t.task_id for t in tasks], [t.spec for t in tasks], "coding")
     path = write_dataset(frame, args.out, "tasks")
     dropped = sum(t.dropped_asserts for t in tasks)
     console.print(

@@ -12,15 +12,49 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from rlanything_core.envs.common import SpecError
-from rlanything_core.envs.specs import TextSpec, env_name, parse_task_spec, text_episode
-from rlanything_core.envs.textworld_env import MAX_STEPS as TW_MAX_STEPS
-from rlanything_core.envs.textworld_env import TextWorldSpec, game_of
 from rlanything_core.prompts import ActionFormat, Messages, judge_messages, policy_messages
-from rlanything_core.rewriting import rewrite_messages
+
+Knobs = dict[str, tuple[tuple[int, int], int]]
+"""Difficulty knobs of rewrite demonstrations: spec field -> (step range, sign towards harder)."""
+
+
+class GameStep(Protocol):
+    """What one step of a text game did."""
+
+    @property
+    def observation(self) -> str: ...
+    @property
+    def valid(self) -> bool: ...
+    @property
+    def progress(self) -> bool: ...
+    @property
+    def done(self) -> bool: ...
+
+
+class TextGame(Protocol):
+    """A text game stepped by the index of an admissible action, with an expert."""
+
+    @property
+    def goal_text(self) -> str: ...
+    @property
+    def observation(self) -> str: ...
+    @property
+    def actions(self) -> list[str]: ...
+    @property
+    def steps_taken(self) -> int: ...
+    @property
+    def done(self) -> bool: ...
+    @property
+    def success(self) -> bool: ...
+
+    def step(self, action_index: int | None) -> GameStep: ...
+
+    def expert_action(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -48,12 +82,16 @@ class _Step:
 
 
 def _trajectories(
-    specs: Sequence[TextSpec], noise: float, history_steps: int, rng: random.Random
+    specs: Sequence[Any],
+    game: Callable[[Any], TextGame],
+    noise: float,
+    history_steps: int,
+    rng: random.Random,
 ) -> list[_Step]:
-    """Every step of one noisy-expert episode per spec."""
+    """Every step of one noisy-expert episode per spec (`game` makes a spec's game)."""
     steps: list[_Step] = []
     for n, spec in enumerate(specs):
-        episode = text_episode(spec)
+        episode = game(spec)
         history: list[tuple[str, str]] = []
         while not episode.done:
             actions = episode.actions
@@ -80,7 +118,8 @@ def _trajectories(
 
 
 def policy_demonstrations(
-    specs: Sequence[TextSpec],
+    specs: Sequence[Any],
+    game: Callable[[Any], TextGame],
     *,
     noise: float,
     history_steps: int,
@@ -91,7 +130,7 @@ def policy_demonstrations(
     """Prompts answered by the expert: the action (its number, or its text: `action_format`)
     in a box, after naming the action when `explain`."""
     out = []
-    for s in _trajectories(specs, noise, history_steps, random.Random(seed)):
+    for s in _trajectories(specs, game, noise, history_steps, random.Random(seed)):
         prompt = policy_messages(s.goal, s.history, s.observation, s.actions, action_format)
         answer = policy_answer(s.actions, s.expert, explain, action_format)
         out.append(Demo(s.task_id, s.step_idx, prompt, answer))
@@ -110,7 +149,8 @@ def policy_answer(
 
 
 def judge_demonstrations(
-    specs: Sequence[TextSpec],
+    specs: Sequence[Any],
+    game: Callable[[Any], TextGame],
     *,
     noise: float,
     label_noise: float,
@@ -126,7 +166,7 @@ def judge_demonstrations(
     warm-started on the prompts it will judge."""
     rng = random.Random(seed)
     out = []
-    for s in _trajectories(specs, noise, history_steps, rng):
+    for s in _trajectories(specs, game, noise, history_steps, rng):
         action = s.actions[s.taken]
         good = s.progress != (rng.random() < label_noise)
         response = policy_answer(s.actions, s.taken, explain, action_format)
@@ -138,42 +178,31 @@ def judge_demonstrations(
     return out
 
 
-# Difficulty knobs of the rewrite demonstrations: field -> (step range, sign towards harder).
-_KNOBS: dict[str, dict[str, tuple[tuple[int, int], int]]] = {
-    "household": {
-        "num_distractors": ((1, 4), 1),
-        "num_rooms": ((1, 1), 1),
-        "max_steps": ((1, 3), -1),
-    },
-    "alfworld": {"max_steps": ((1, 3), -1)},
-    "textworld": {
-        "nb_objects": ((1, 4), 1),
-        "world_size": ((1, 2), 1),
-        "quest_length": ((1, 1), 1),
-    },
-}
-
-
-def rewrite_demonstrations(specs: Sequence[TextSpec], *, seed: int) -> list[Demo]:
-    """Rewrite prompts answered with the JSON of the changed fields (valid proposals only)."""
+def rewrite_demonstrations(
+    specs: Sequence[Any],
+    knobs: Knobs,
+    *,
+    rewrite: Callable[[Any, str, float, str], Messages],
+    parse: Callable[[dict[str, object]], Any],
+    adjust: Callable[[Any, dict[str, int]], dict[str, int]],
+    seed: int,
+) -> list[Demo]:
+    """Rewrite prompts (`rewrite`) answered with the JSON of the changed fields: one knob moved
+    towards the direction, completed by `adjust`, kept when `parse` accepts the result."""
     rng = random.Random(seed)
     out = []
     for n, spec in enumerate(specs):
         direction = rng.choice(["harder", "easier"])
-        knobs = _KNOBS[env_name(spec)]
         knob = rng.choice(list(knobs))
         sizes = {k: rng.randint(*r) if r[0] < r[1] else r[0] for k, (r, _) in knobs.items()}
         step = sizes[knob] * knobs[knob][1] * (1 if direction == "harder" else -1)
         change = {knob: getattr(spec, knob) + step}
         try:
-            if isinstance(spec, TextWorldSpec):  # another game: keep the step slack
-                slack = spec.max_steps - len(game_of(spec).walkthrough)
-                game = game_of(spec.model_copy(update=change))
-                change["max_steps"] = min(len(game.walkthrough) + slack, TW_MAX_STEPS)
-            parse_task_spec(env_name(spec), {**spec.model_dump(), **change})
+            change = adjust(spec, change)
+            parse({**spec.model_dump(), **change})
         except (SpecError, ValueError):
             continue
         accuracy = rng.uniform(0.8, 1.0) if direction == "harder" else rng.uniform(0.0, 0.2)
-        prompt = rewrite_messages(spec, direction, accuracy, "The agent wanders before it acts.")
+        prompt = rewrite(spec, direction, accuracy, "The agent wanders before it acts.")
         out.append(Demo(f"demo-{n:03d}", 0, prompt, json.dumps(change)))
     return out

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rlanything_core.demos import Demo
@@ -19,7 +20,6 @@ from rlanything_core.envs.common import SpecError
 from rlanything_core.envs.gui.browser import Browser, BrowserOptions, GuiAction, GuiEpisode
 from rlanything_core.envs.gui.tasks import GuiSpec, expert_hints, parse_gui_spec
 from rlanything_core.prompts import Messages, judge_messages
-from rlanything_core.rewriting import rewrite_messages
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,9 @@ def gui_judge_demonstrations(
     return out
 
 
-def gui_rewrite_demonstrations(specs: list[GuiSpec], *, seed: int) -> list[Demo]:
+def gui_rewrite_demonstrations(
+    specs: list[GuiSpec], rewrite: Callable[[GuiSpec, str, float, str], Messages], *, seed: int
+) -> list[Demo]:
     """Rewrite prompts answered with the changed hints: one expert hint more (easier) or one
     fewer (harder); valid proposals only."""
     rng = random.Random(seed)
@@ -137,6 +139,6 @@ def gui_rewrite_demonstrations(specs: list[GuiSpec], *, seed: int) -> list[Demo]
         except SpecError:
             continue
         accuracy = rng.uniform(0.8, 1.0) if direction == "harder" else rng.uniform(0.0, 0.2)
-        prompt = rewrite_messages(spec, direction, accuracy, "The agent clicks before it reads.")
+        prompt = rewrite(spec, direction, accuracy, "The agent clicks before it reads.")
         out.append(Demo(f"demo-{n:03d}", 0, prompt, json.dumps(change)))
     return out

@@ -13,38 +13,30 @@ from collections.abc import Callable
 import pandas as pd
 
 from rlanything_core.engines import Engine
-from rlanything_core.envs.coding import judge_messages as coding_judge_messages
+from rlanything_core.environment import Environment, StepView
 from rlanything_core.parsing import parse_verdict
-from rlanything_core.prompts import Messages, judge_messages
-from rlanything_core.rollout import INVALID_ACTION
+from rlanything_core.prompts import Messages
+from rlanything_core.schemas import STEP_KEY
 from rlanything_core.seeding import derive_seed
 
-STEP_KEY = ["task_id", "task_version", "rollout_idx", "step_idx"]
 
-
-def judge_prompts(
-    rollouts: pd.DataFrame, history_steps: int, env: str = "household"
-) -> list[Messages]:
-    """One judge prompt per rollout row (same order), with the rollout's recent history; coding
-    rows get the coding judge prompt (problem, answer, program); gui rows show the earlier
-    actions only, not their pages (one page before and one after the step is long enough)."""
-    if env == "coding":
-        return [
-            coding_judge_messages(row.goal, row.response, row.action)
-            for row in rollouts.itertuples()
-        ]
-    previous: dict[tuple[object, ...], list[tuple[str, str]]] = {}
+def judge_prompts(rollouts: pd.DataFrame, env: Environment) -> list[Messages]:
+    """One judge prompt per rollout row (same order), made by the environment from the step and
+    the rollout's earlier steps."""
+    previous: dict[tuple[object, ...], list[StepView]] = {}
     ordered = rollouts.sort_values(STEP_KEY)
     by_row: dict[int, Messages] = {}
     for idx, row in ordered.iterrows():
-        key = (row.task_id, row.task_version, row.rollout_idx)
-        past = previous.setdefault(key, [])
-        shown = past[-history_steps:] if history_steps else []
-        by_row[int(idx)] = judge_messages(  # type: ignore[arg-type]
-            row.goal, shown, row.observation, row.response, row.action, row.next_observation
+        earlier = previous.setdefault((row.task_id, row.task_version, row.rollout_idx), [])
+        step = StepView(
+            goal=str(row.goal),
+            observation=str(row.observation),
+            response=str(row.response),
+            action=row.action if isinstance(row.action, str) else None,
+            next_observation=str(row.next_observation),
         )
-        action = row.action if row.action is not None else INVALID_ACTION
-        past.append((action, "" if env == "gui" else row.next_observation))
+        by_row[int(idx)] = env.judge_messages(step, earlier)  # type: ignore[arg-type]
+        earlier.append(step)
     return [by_row[int(i)] for i in rollouts.index]  # type: ignore[arg-type]
 
 
@@ -59,12 +51,11 @@ def judge(
     temperature: float,
     max_new_tokens: int,
     batch_size: int,
-    history_steps: int,
-    env: str = "household",
+    env: Environment,
     on_batch: Callable[[int], None] | None = None,
 ) -> list[dict[str, object]]:
     """m votes per rollout step; one row per vote (the judgments schema)."""
-    prompts = judge_prompts(rollouts, history_steps, env)
+    prompts = judge_prompts(rollouts, env)
     jobs = []
     for (_, row), prompt in zip(rollouts.iterrows(), prompts, strict=True):
         for j in range(votes):

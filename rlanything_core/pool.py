@@ -13,14 +13,15 @@ import numpy as np
 import pandas as pd
 
 from rlanything_core.config import EnvironmentConfig
-from rlanything_core.envs.specs import TaskSpec, env_name, parse_task_spec
+from rlanything_core.environment import Environment, TaskSpec
 from rlanything_core.rollout import TaskRef
 from rlanything_core.schemas import SchemaError, read_dataset
 from rlanything_core.seeding import derive_seed
 
 
-def tasks_frame(task_ids: list[str], specs: list[TaskSpec]) -> pd.DataFrame:
-    """Round-0 pool rows (tasks schema) for these tasks, all version 1, origin "seed"."""
+def tasks_frame(task_ids: list[str], specs: list[TaskSpec], env: str) -> pd.DataFrame:
+    """Round-0 pool rows (tasks schema) for these tasks of environment `env` (its configured
+    name), all version 1, origin "seed"."""
     return pd.DataFrame(
         {
             "round": 0,
@@ -32,7 +33,7 @@ def tasks_frame(task_ids: list[str], specs: list[TaskSpec]) -> pd.DataFrame:
             "created_round": 0,
             "acc_parent": None,
             "acc_candidate": None,
-            "env": [env_name(s) for s in specs],
+            "env": env,
             "spec": [s.to_json() for s in specs],
         }
     )
@@ -55,17 +56,18 @@ def initial_pool(env: EnvironmentConfig) -> pd.DataFrame:
                 f"{env.name!r}; set environment.name to match the file."
             )
         frame = frame.head(env.num_tasks)
-        refs = task_refs(frame)  # validates every spec
-        return tasks_frame([r.task_id for r in refs], [r.spec for r in refs])
+        refs = task_refs(frame, env.env)  # validates every spec
+        return tasks_frame([r.task_id for r in refs], [r.spec for r in refs], env.name)
     specs = env.generate(env.split, env.num_tasks, env.seed)
     ids = [f"{env.split}-{env.seed}-{i:03d}" for i in range(env.num_tasks)]
-    return tasks_frame(ids, specs)
+    return tasks_frame(ids, specs, env.name)
 
 
-def task_refs(pool: pd.DataFrame) -> list[TaskRef]:
-    """The pool's tasks with validated specs (a pool file edited by hand is checked here too)."""
+def task_refs(pool: pd.DataFrame, env: Environment) -> list[TaskRef]:
+    """The pool's tasks with specs validated by `env` (a pool file edited by hand is checked
+    here too)."""
     return [
-        TaskRef(row.task_id, int(row.task_version), parse_task_spec(row.env, row.spec))
+        TaskRef(row.task_id, int(row.task_version), env.parse_spec(row.spec))
         for row in pool.itertuples()
     ]
 
@@ -89,7 +91,7 @@ def round_batch(
 ) -> list[TaskRef]:
     """The tasks of the pool that round `round_idx` plays (`environment.tasks_per_round`)."""
     positions = batch_positions(len(pool), env.tasks_per_round, seed, round_idx)
-    return task_refs(pool.iloc[positions])
+    return task_refs(pool.iloc[positions], env.env)
 
 
 def next_pool(

@@ -12,6 +12,9 @@ Messages = list[dict[str, str]]
 
 ActionFormat = Literal["number", "text"]
 
+INVALID_ACTION = "(invalid)"
+"""How a history shows a step whose answer named no admissible action."""
+
 POLICY_SYSTEM = (
     "You are an agent in a house. Reach the goal in as few steps as possible. "
     "Think briefly, then answer with the number of one admissible action in \\boxed{}, "

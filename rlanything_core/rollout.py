@@ -7,25 +7,15 @@ rollout_idx, step_idx); it is stored in the row so any step can be replayed.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from rlanything_core.engines import Engine
-from rlanything_core.envs.alfworld_env import AlfworldSpec
-from rlanything_core.envs.coding import CodeRunner, CodingEpisode, CodingSpec
-from rlanything_core.envs.common import Episode, Move
-from rlanything_core.envs.gui.browser import Browser, BrowserOptions, GuiEpisode
-from rlanything_core.envs.gui.tasks import GuiSpec
-from rlanything_core.envs.specs import TaskSpec, TextSpec, text_episode
-from rlanything_core.envs.textworld_env import TextWorldSpec
-from rlanything_core.parsing import parse_action
-from rlanything_core.prompts import ActionFormat, policy_messages
+from rlanything_core.environment import Environment, TaskSpec
+from rlanything_core.envs.common import Episode
 from rlanything_core.seeding import derive_seed
-
-INVALID_ACTION = "(invalid)"
 
 
 @dataclass(frozen=True)
@@ -44,15 +34,12 @@ class Sampling:
     temperature: float
     max_new_tokens: int
     batch_size: int
-    history_steps: int
-    action_format: ActionFormat = "number"
 
 
 @dataclass(frozen=True)
-class GuiSetup:
-    """Where GUI episodes run and keep their screenshots."""
+class Screens:
+    """Where episodes that take screenshots (gui) keep them."""
 
-    options: BrowserOptions = field(default_factory=BrowserOptions)
     screens: Path | None = None
     """Screenshots go to screens/<task_id>-v<version>/rollout_<g>/step_<k>.png (None: none)."""
     root: Path | None = None
@@ -65,65 +52,9 @@ class GuiSetup:
         return self.screens / f"{task.task_id}-v{task.task_version}" / f"rollout_{g}", self.root
 
 
-class TextAgentEpisode:
-    """A household, TextWorld or ALFWorld episode as the policy plays it: the admissible actions
-    in the prompt, the last `history_steps` (action, observation) pairs shown, the chosen action
-    in \\boxed{} (its number, or its text: `action_format`)."""
-
-    screenshot: str | None = None
-
-    def __init__(
-        self, spec: TextSpec, history_steps: int, action_format: ActionFormat = "number"
-    ) -> None:
-        self.episode = text_episode(spec)
-        self.history_steps = history_steps
-        self.action_format = action_format
-        self.history: list[tuple[str, str]] = []
-        self.goal_text = self.episode.goal_text
-        self.observation = self.episode.observation
-        self.steps_taken = 0
-        self.done = False
-        self.success = False
-
-    def messages(self) -> list[dict[str, str]]:
-        recent = self.history[-self.history_steps :] if self.history_steps else []
-        return policy_messages(
-            self.goal_text, recent, self.observation, self.episode.actions, self.action_format
-        )
-
-    def act(self, answer: str) -> Move:
-        actions = self.episode.actions
-        index = parse_action(answer, actions, self.action_format)
-        result = self.episode.step(index)
-        action = actions[index] if index is not None else None
-        self.history.append((action or INVALID_ACTION, result.observation))
-        self.observation = result.observation
-        self.steps_taken, self.done = self.episode.steps_taken, self.episode.done
-        self.success = self.episode.success
-        return Move(action, result.valid, result.observation, result.progress, result.done)
-
-
-def make_episode(
-    spec: TaskSpec,
-    sampling: Sampling,
-    runner: CodeRunner,
-    browser: Browser | None = None,
-    shots: Path | None = None,
-    root: Path | None = None,
-) -> Episode:
-    """A fresh episode of any environment's task, shown as `sampling` says (gui tasks need the
-    running `browser`)."""
-    if isinstance(spec, CodingSpec):
-        return CodingEpisode(spec, runner)
-    if isinstance(spec, GuiSpec):
-        if browser is None:
-            raise ValueError("a gui task needs a running Browser")
-        return GuiEpisode(spec, browser, sampling.history_steps, shots, root)
-    return TextAgentEpisode(spec, sampling.history_steps, sampling.action_format)
-
-
 def play(
     engine: Engine,
+    env: Environment,
     tasks: Sequence[TaskRef],
     *,
     rollouts_per_task: int,
@@ -132,30 +63,20 @@ def play(
     checkpoint: str,
     sampling: Sampling,
     purpose: str = "rollout",
-    runner: CodeRunner | None = None,
-    gui: GuiSetup | None = None,
+    screens: Screens | None = None,
     on_episodes: Callable[[int], None] | None = None,
 ) -> list[dict[str, object]]:
     """Play every task `rollouts_per_task` times; return one row per step (the rollouts schema).
 
     `purpose` separates the seed streams of the round's rollouts and of acceptance checks.
-    `runner` runs coding tasks' tests (default: the strongest sandbox, 1 GiB per program).
-    `gui` says how gui tasks run; Chromium and the app server start here when some task is a gui
-    task, and stop before this returns.
+    `env` makes the episodes, inside its `session()` (gui: Chromium runs while they play);
+    `screens` says where screenshots go.
     `on_episodes(n)` is called after each lockstep step with the number of episodes that ended.
     """
-    runner = runner or CodeRunner()
-    gui = gui or GuiSetup()
-    with contextlib.ExitStack() as stack:
-        browser = None
-        if any(isinstance(t.spec, GuiSpec) for t in tasks):
-            browser = stack.enter_context(Browser(gui.options))
+    screens = screens or Screens()
+    with env.session():
         episodes = [
-            (
-                task,
-                g,
-                make_episode(task.spec, sampling, runner, browser, *gui.shots(task, g)),
-            )
+            (task, g, env.new_episode(task.spec, *screens.shots(task, g)))
             for task in tasks
             for g in range(rollouts_per_task)
         ]
@@ -167,9 +88,7 @@ def play(
             checkpoint,
             sampling,
             purpose,
-            runner,
-            browser is not None
-            or any(isinstance(t.spec, TextWorldSpec | AlfworldSpec) for t in tasks),
+            1 if env.serial else env.act_workers,
             on_episodes,
         )
     flat: list[dict[str, object]] = []
@@ -189,14 +108,14 @@ def _step_all(
     checkpoint: str,
     sampling: Sampling,
     purpose: str,
-    runner: CodeRunner,
-    serial: bool,
+    workers: int,
     on_episodes: Callable[[int], None] | None,
 ) -> list[list[dict[str, object]]]:
     """Step every episode in lockstep until all are done; one list of rows per episode.
-    `serial`: act in this thread (gui episodes: Playwright objects belong to it; textworld)."""
+    `workers`: threads that call `act` (1: in this thread, for environments whose engines
+    belong to it, such as Playwright's or TextWorld's)."""
     rows: list[list[dict[str, object]]] = [[] for _ in episodes]
-    with ThreadPoolExecutor(max_workers=runner.workers) as pool:
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         while True:
             active = [i for i, (_, _, ep) in enumerate(episodes) if not ep.done]
             if not active:
@@ -224,10 +143,9 @@ def _step_all(
                 temperature=sampling.temperature,
                 batch_size=sampling.batch_size,
             )
-            # Household moves are instant; coding moves run tests in the sandbox, in parallel;
-            # gui moves drive the browser, whose Playwright objects belong to this thread, and
-            # textworld and alfworld moves step game engines that are not made for threads.
-            mapper = map if serial else pool.map
+            # Moves run in parallel threads (coding: tests in the sandbox) unless the
+            # environment is serial (its engines belong to this thread).
+            mapper = map if workers == 1 else pool.map
             moves = list(
                 mapper(lambda i, o: episodes[i][2].act(o.text), active, outs)  # type: ignore[misc]
             )

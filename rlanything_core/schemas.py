@@ -38,6 +38,11 @@ _CANDIDATE_KEYS = [
     _f("acc_parent", pa.float64()),
 ]
 
+STEP_KEY = ["task_id", "task_version", "rollout_idx", "step_idx"]
+"""The columns that name one step of one rollout."""
+PROVENANCE = ["round", *STEP_KEY, "seed", "checkpoint"]
+"""Where a per-step row came from: its step, the seed it was sampled with, the checkpoint."""
+
 # Provenance columns shared by the per-step datasets.
 _STEP_KEYS = [
     _f("round", pa.int32()),

@@ -21,11 +21,9 @@ from rlanything_core.feedback import (
     task_level_advantages,
     unit_test_rewards,
 )
-from rlanything_core.schemas import SCHEMAS
+from rlanything_core.schemas import PROVENANCE, SCHEMAS, STEP_KEY
 from rlanything_core.stats import accuracy, as_metrics, balanced_accuracy, majority_baseline
 
-STEP_KEY = ["task_id", "task_version", "rollout_idx", "step_idx"]
-_PROVENANCE = ["round", *STEP_KEY, "seed", "checkpoint"]
 # `judge_metrics` that each round logs as reward_model/<name> (its intervals are for evaluation).
 ROUND_JUDGE_METRICS = (
     "process_accuracy",
@@ -76,7 +74,7 @@ def policy_samples(
     the accuracy `band`, and rows with advantage exactly 0 when `drop_zero_advantage`, stay in the
     table with kept=False and advantage 0.
     """
-    df = rollouts[[*_PROVENANCE, "outcome"]].reset_index(drop=True)
+    df = rollouts[[*PROVENANCE, "outcome"]].reset_index(drop=True)
     if judgments is None:
         df["mean_verdict"] = None
         df["reward"] = df["outcome"].astype(np.float64)
@@ -140,7 +138,7 @@ def rm_samples(
     rewards = consistency_rewards(steps["reward"], s, parse_failure_penalty)  # (N, m)
     advantages = consistency_advantages(rewards, eps=eps)  # (N, m)
     wide = steps.assign(_row=np.arange(len(steps)))
-    votes_df = judgments[[*_PROVENANCE, "vote_idx", "verdict"]].merge(
+    votes_df = judgments[[*PROVENANCE, "vote_idx", "verdict"]].merge(
         wide, on=STEP_KEY, how="left", validate="many_to_one"
     )
     row, col = votes_df["_row"].to_numpy(), votes_df["vote_idx"].to_numpy()

@@ -12,11 +12,12 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from rlanything_core import demos
 from rlanything_core.atomic import atomic_dir
 from rlanything_core.default_model import CHATML_TEMPLATE, cache_root
 from rlanything_core.demos import Demo
+from rlanything_core.environment import Role, WarmStart
 from rlanything_core.envs import household, textworld_env
+from rlanything_core.envs.household_environment import HouseholdEnvironment, HouseholdOptions
 from rlanything_core.prompts import JUDGE_SYSTEM, POLICY_SYSTEM
 
 SPECIAL_TOKENS = ["<|im_start|>", "<|im_end|>"]
@@ -141,21 +142,20 @@ WARM_DATA_VERSION = {"policy": 1, "judge": 2, "envmodel": 1}
 
 
 def warm_start_demos(kind: str, seed: int) -> list[Demo]:
-    """The supervised pairs a warm-started tiny model of `kind` is trained on."""
-    specs = household.generate_specs("id", 48, seed=seed)
+    """The supervised pairs a warm-started tiny model of `kind` is trained on: the household's
+    in-domain demonstrations, answers as boxes alone."""
+    env = HouseholdEnvironment("household", HouseholdOptions(), "id")
+    role: Role
     if kind == "policy":
-        return demos.policy_demonstrations(
-            specs, noise=0.3, history_steps=2, seed=seed, explain=False
-        )
-    if kind == "judge":
-        return demos.judge_demonstrations(  # judging tiny-policy's answers: boxes alone
-            specs, noise=0.5, label_noise=0.2, history_steps=2, seed=seed, explain=False
-        )
-    if kind == "envmodel":
-        return demos.rewrite_demonstrations(
-            household.generate_specs("id", 200, seed=seed), seed=seed
-        )
-    raise ValueError(f"unknown tiny model kind {kind!r}; use one of {WARM_KINDS}")
+        role, episodes, noise = "policy", 48, 0.3
+    elif kind == "judge":  # judging tiny-policy's answers: boxes alone
+        role, episodes, noise = "reward_model", 48, 0.5
+    elif kind == "envmodel":
+        role, episodes, noise = "env_model", 200, 0.0
+    else:
+        raise ValueError(f"unknown tiny model kind {kind!r}; use one of {WARM_KINDS}")
+    request = WarmStart(role, episodes, noise, 0.2, False, specs_seed=seed, seed=seed)
+    return env.demonstrations(request)
 
 
 def ensure_warm_tiny_model(kind: str, seed: int = 0) -> Path:

@@ -41,8 +41,6 @@ from rlanything_core.models import (
 )
 from rlanything_core.seeding import derive_seed, seed_everything
 
-STEP_KEY = ["task_id", "task_version", "rollout_idx", "step_idx"]
-
 
 def select_samples(
     signals: pd.DataFrame,

@@ -19,34 +19,14 @@ from prefect.cache_policies import NO_CACHE
 from prefect_dask import DaskTaskRunner
 
 from rlanything_core.adaptation import accept_candidate, adaptation_direction
-from rlanything_core.coding_demos import (
-    coding_judge_demonstrations,
-    coding_policy_demonstrations,
-    unit_test_demonstrations,
-)
 from rlanything_core.config import ModelConfig, RunConfig, UpdateConfig, WarmStartConfig
-from rlanything_core.demos import (
-    Demo,
-    judge_demonstrations,
-    policy_demonstrations,
-    rewrite_demonstrations,
-)
+from rlanything_core.demos import Demo
 from rlanything_core.engines import Engine, open_engine
-from rlanything_core.envs.coding import CodingSpec
-from rlanything_core.envs.coding_problems import reference_pairs
-from rlanything_core.envs.gui.tasks import GuiSpec
-from rlanything_core.envs.specs import TextSpec, parse_task_spec
-from rlanything_core.gui_demos import (
-    gui_judge_demonstrations,
-    gui_policy_demonstrations,
-    gui_rewrite_demonstrations,
-    gui_trajectories,
-)
+from rlanything_core.environment import WarmStart, WritesUnitTests
 from rlanything_core.judging import judge
 from rlanything_core.pool import next_pool, round_batch, task_refs
 from rlanything_core.prompts import Messages
-from rlanything_core.rewriting import critique_messages, parse_rewrite, rewrite_messages
-from rlanything_core.rollout import GuiSetup, Sampling, TaskRef, play
+from rlanything_core.rollout import Sampling, Screens, TaskRef, play
 from rlanything_core.rundir import RunDir
 from rlanything_core.schemas import read_dataset, rows_frame, write_dataset
 from rlanything_core.seeding import derive_seed
@@ -58,20 +38,17 @@ from rlanything_core.signals import (
     test_samples,
 )
 from rlanything_core.training import rl_update, select_samples, sft_finetune, tokenize_demos
-from rlanything_core.unit_tests import run_generated_tests, write_tests
 from tasks.common import progress, retry_if_transient, stage_task
 
 Outputs = dict[str, str]
 Metrics = dict[str, float]
 
 
-def _sampling(model: ModelConfig, config: RunConfig) -> Sampling:
+def _sampling(model: ModelConfig) -> Sampling:
     return Sampling(
         temperature=model.temperature,
         max_new_tokens=model.max_new_tokens,
         batch_size=model.batch_size,
-        history_steps=config.environment.history_steps,
-        action_format=config.environment.action_format,
     )
 
 
@@ -94,15 +71,15 @@ def play_tasks(
     with progress(description, total=len(tasks) * rollouts_per_task) as advance:
         return play(
             engine,
+            config.environment.env,
             tasks,
             rollouts_per_task=rollouts_per_task,
             round_idx=round_idx,
             base_seed=base_seed,
             checkpoint=checkpoint,
-            sampling=_sampling(config.policy.model, config),
+            sampling=_sampling(config.policy.model),
             purpose=purpose,
-            runner=config.environment.sandbox.runner(),
-            gui=GuiSetup(config.environment.browser.options(), screens, root),
+            screens=Screens(screens, root),
             on_episodes=advance,
         )
 
@@ -130,8 +107,7 @@ def judge_steps(
             temperature=rm.model.temperature,
             max_new_tokens=rm.model.max_new_tokens,
             batch_size=rm.model.batch_size,
-            history_steps=config.environment.history_steps,
-            env=config.environment.name,
+            env=config.environment.env,
             on_batch=advance,
         )
 
@@ -222,15 +198,15 @@ def play_shard(
     engine = open_engine(config.policy.model, source, "policy", config.policy.update.lora_rank)
     return play(
         engine,
+        config.environment.env,
         tasks,
         rollouts_per_task=config.rollouts_per_task,
         round_idx=round_idx,
         base_seed=config.seed,
         checkpoint=checkpoint,
-        sampling=_sampling(config.policy.model, config),
+        sampling=_sampling(config.policy.model),
         purpose=purpose,
-        runner=config.environment.sandbox.runner(),
-        gui=GuiSetup(config.environment.browser.options(), screens, root),
+        screens=Screens(screens, root),
     )
 
 
@@ -306,52 +282,18 @@ def warm_start(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics
 
 
 def _warm_start_demos(config: RunConfig, role: str, ws: WarmStartConfig) -> list[Demo]:
-    env = config.environment
-    seed = derive_seed(config.seed, "warm-start", role) % 2**31
-    if env.name == "coding":
-        pairs = reference_pairs(env.split, ws.episodes, seed, env.source)
-        if role == "policy":
-            return coding_policy_demonstrations(pairs)
-        if config.writes_unit_tests:
-            return unit_test_demonstrations(pairs)
-        return coding_judge_demonstrations(pairs, label_noise=ws.label_noise, seed=config.seed)
-    specs = env.generate(env.split, ws.episodes, seed)
-    if env.name == "gui":
-        gui_specs = [s for s in specs if isinstance(s, GuiSpec)]
-        if role == "env_model":
-            return gui_rewrite_demonstrations(gui_specs, seed=config.seed)
-        steps = gui_trajectories(
-            gui_specs, ws.noise, env.history_steps, config.seed, env.browser.options()
-        )
-        if role == "policy":
-            return gui_policy_demonstrations(steps, explain=ws.explain)
-        return gui_judge_demonstrations(
-            steps,
-            label_noise=ws.label_noise,
-            seed=config.seed,
-            explain=config.policy.warm_start.explain,
-        )
-    text_specs = [s for s in specs if isinstance(s, TextSpec)]
-    if role == "policy":
-        return policy_demonstrations(
-            text_specs,
-            noise=ws.noise,
-            history_steps=env.history_steps,
-            seed=config.seed,
-            explain=ws.explain,
-            action_format=env.action_format,
-        )
-    if role == "reward_model":  # judging the policy's answers in its warm-started format
-        return judge_demonstrations(
-            text_specs,
-            noise=ws.noise,
-            label_noise=ws.label_noise,
-            history_steps=env.history_steps,
-            seed=config.seed,
-            explain=config.policy.warm_start.explain,
-            action_format=env.action_format,
-        )
-    return rewrite_demonstrations(text_specs, seed=config.seed)
+    """The environment's demonstrations for `role`, judged in the policy's warm-started format."""
+    request = WarmStart(
+        role=role,  # type: ignore[arg-type]
+        episodes=ws.episodes,
+        noise=ws.noise,
+        label_noise=ws.label_noise,
+        explain=(ws if role == "policy" else config.policy.warm_start).explain,
+        specs_seed=derive_seed(config.seed, "warm-start", role) % 2**31,
+        seed=config.seed,
+        judge_mode="unit_tests" if config.writes_unit_tests else "judge",
+    )
+    return list(config.environment.env.demonstrations(request))
 
 
 def _round_tasks(config: RunConfig, run: RunDir, r: int) -> list[TaskRef]:
@@ -415,12 +357,12 @@ def unit_test_votes(
     its task's tests. Returns the unit_tests rows and the judgments rows (one vote per program
     and test)."""
     rm = config.reward_model
-    refs = [t for t in tasks if isinstance(t.spec, CodingSpec)]
-    specs = {(t.task_id, t.task_version): t.spec for t in refs}
-    with progress(f"{description} unit tests", total=len(refs) * rm.tests_per_task) as advance:
-        tests = write_tests(
+    env = config.environment.env
+    assert isinstance(env, WritesUnitTests)  # RunConfig checks it
+    with progress(f"{description} unit tests", total=len(tasks) * rm.tests_per_task) as advance:
+        tests = env.write_tests(
             engine,
-            refs,
+            tasks,
             tests_per_task=rm.tests_per_task,
             round_idx=round_idx,
             base_seed=config.seed,
@@ -432,13 +374,7 @@ def unit_test_votes(
         )
     frame = pd.DataFrame(tests)
     with progress(f"{description} programs on tests", total=len(rollouts)) as advance:
-        votes = run_generated_tests(
-            rollouts,
-            frame,
-            specs,  # type: ignore[arg-type]
-            config.environment.sandbox.runner(),
-            on_program=advance,
-        )
+        votes = env.run_generated_tests(rollouts, frame, tasks, on_program=advance)
     return tests, votes
 
 
@@ -625,9 +561,10 @@ def _propose(
     def of_task(frame: pd.DataFrame, ref: TaskRef) -> pd.DataFrame:
         return frame[(frame.task_id == ref.task_id) & (frame.task_version == ref.task_version)]
 
+    env = config.environment.env
     critiques = ask(
         [
-            critique_messages(
+            env.critique_messages(
                 ref.spec,
                 a,
                 of_task(judgments, ref),
@@ -642,7 +579,7 @@ def _propose(
     )
     answers = ask(
         [
-            rewrite_messages(ref.spec, d, a, c)
+            env.rewrite_messages(ref.spec, d, a, c)
             for (ref, a, d), c in zip(triggered, critiques, strict=True)
         ],
         "rewrite",
@@ -650,7 +587,7 @@ def _propose(
     )
     rows = []
     for (ref, a, d), critique, answer in zip(triggered, critiques, answers, strict=True):
-        spec, error = parse_rewrite(answer, ref.spec)
+        spec, error = env.parse_proposal(answer, ref.spec)
         rows.append(
             {
                 "round": r,
@@ -696,14 +633,11 @@ def _accept(
     config: RunConfig, run: RunDir, r: int, pool: pd.DataFrame, valid: pd.DataFrame
 ) -> list[dict[str, object]]:
     ad = config.adaptation
-    refs = task_refs(pool)
+    env = config.environment.env
+    refs = task_refs(pool, env)
     parents = {(t.task_id, t.task_version): t for t in refs}
     candidates = [
-        TaskRef(
-            row.candidate_id,
-            int(row.parent_task_version) + 1,
-            parse_task_spec(config.environment.name, row.spec),
-        )
+        TaskRef(row.candidate_id, int(row.parent_task_version) + 1, env.parse_spec(row.spec))
         for row in valid.itertuples()
     ]
     to_play = list(candidates)

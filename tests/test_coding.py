@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 
 from rlanything_core import sandbox
+from rlanything_core.environment import make_environment
 from rlanything_core.envs.coding import (
     CodeRunner,
     CodeTest,
@@ -33,12 +34,13 @@ from rlanything_core.envs.coding_problems import generate_coding_specs, problems
 from rlanything_core.envs.common import SpecError
 from rlanything_core.envs.humaneval import load_humaneval
 from rlanything_core.feedback import unit_test_rewards
-from rlanything_core.rewriting import parse_rewrite
 from rlanything_core.schemas import SchemaError
 from rlanything_core.signals import test_samples as compute_test_samples
 from rlanything_core.unit_tests import parse_unit_test
 
 NAMESPACES = sandbox.isolation_level() != "rlimits"
+CODING = make_environment("coding", {}, "id")[0]
+
 ADD = CodingSpec(
     problem="Write add(a, b).",
     style="function",
@@ -301,10 +303,10 @@ def test_coding_rewrites_merge_problem_and_tests() -> None:
         'Harder: {"problem": "Write add(a, b) for big ints.", '
         '"tests": [{"args": [10000000000, 1], "expected": 10000000001}]}'
     )
-    spec, error = parse_rewrite(text, ADD)
+    spec, error = CODING.parse_proposal(text, ADD)
     assert error is None and isinstance(spec, CodingSpec)
     assert spec.entry_point == "add" and spec.tests[0].args == [10000000000, 1]
-    bad, error = parse_rewrite('{"tests": [{"stdin": "1", "expected": "1"}]}', ADD)
+    bad, error = CODING.parse_proposal('{"tests": [{"stdin": "1", "expected": "1"}]}', ADD)
     assert bad is None and "args" in str(error)
 
 
@@ -329,12 +331,18 @@ def test_coding_config_checks() -> None:
 
     with pytest.raises(ConfigError, match="unit_tests"):
         parse_config({"reward_model": {"mode": "unit_tests"}})
-    with pytest.raises(ConfigError, match="household"):
+    with pytest.raises(ConfigError, match="num_rooms is not an option of environment 'coding'"):
         parse_config({"environment": {"name": "coding", "num_rooms": [1, 2], "num_tasks": 2}})
     with pytest.raises(ConfigError, match="num_tasks"):
         parse_config({"environment": {"name": "coding", "num_tasks": 500}})
-    with pytest.raises(ConfigError, match="action_format applies to the text environments"):
+    with pytest.raises(ConfigError, match="action_format is not an option of environment"):
         parse_config({"environment": {"name": "coding", "num_tasks": 2, "action_format": "text"}})
+    with pytest.raises(ConfigError, match=r"environment\.options\.sandbox\.memory_mb"):
+        parse_config({"environment": {"name": "coding", "options": {"sandbox": {"memory_mb": 1}}}})
+    with pytest.raises(ConfigError, match="has no env_model demonstrations"):
+        parse_config(
+            {"environment": {"name": "coding"}, "env_model": {"warm_start": {"enabled": True}}}
+        )
     ok = parse_config(
         {
             "environment": {"name": "coding", "num_tasks": 3, "source": "humaneval"},
@@ -363,7 +371,7 @@ def test_humaneval_export_feeds_a_pool(tmp_path: Path) -> None:
     )
     pool = initial_pool(config.environment)
     assert pool["task_id"].tolist() == ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
-    refs = task_refs(pool)
+    refs = task_refs(pool, config.environment.env)
     assert all(isinstance(r.spec, CodingSpec) for r in refs)
     wrong_env = parse_config({"environment": {"num_tasks": 3, "tasks_file": str(out)}})
     with pytest.raises(SchemaError, match=r"environment\.name"):
@@ -386,7 +394,7 @@ def test_step_judge_mode_for_coding_hides_the_test_results() -> None:
             "next_observation": ["2/2 tests passed"],
         }
     )
-    (prompt,) = judge_prompts(rollouts, history_steps=2, env="coding")
+    (prompt,) = judge_prompts(rollouts, CODING)
     text = "\n".join(m["content"] for m in prompt)
     assert ADD.problem in text and GOOD_ADD.strip() in text and "\\boxed{1}" in text
     assert "tests passed" not in text

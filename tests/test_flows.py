@@ -915,6 +915,32 @@ def test_textworld_two_rounds_on_generated_games(tmp_path: Path) -> None:
         assert rollouts["goal"].str.len().gt(0).all(), split
 
 
+def test_a_user_environment_named_by_its_file_trains_through_the_whole_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """examples/corridor (README "Your own environment"), outside the package and named by its
+    file: two rounds of every stage on its episodes, its judge prompt, its rewrite prompt and
+    its spec validation, with valid proposals played by the acceptance check; eval too."""
+    monkeypatch.chdir(ROOT)
+    config = load_config(ROOT / "examples" / "corridor" / "config.yaml")
+    run = RunDir(tmp_path / "run")
+    summary = rlanything_train(config=config, run_dir=str(run.root))
+    _two_rounds_finished(run, summary, config.environment.name)
+    rollouts = read_dataset(run.dataset(0, "rollouts"), "rollouts")
+    assert rollouts["observation"].str.startswith("You are at cell").all()
+    assert rollouts["action_valid"].mean() > 0.5  # the warm start taught \boxed{left|right}
+    judged = read_dataset(run.dataset(0, "judgments"), "judgments")
+    assert judged["prompt"].str.contains("one move of an agent in a corridor").all()
+    valid = pd.concat(
+        read_dataset(run.dataset(r, "candidates"), "candidates").query("valid") for r in (0, 1)
+    )
+    assert len(valid) > 0 and valid["spec"].str.contains('"door"').all()
+    played = pd.concat(read_dataset(run.dataset(r, "acceptance"), "acceptance") for r in (0, 1))
+    assert set(played["candidate_id"]) == set(valid["candidate_id"])
+    for split, rows in _eval_last_round(config, run, tmp_path / "eval").items():
+        assert rows["goal"].str.startswith("reach the door").all(), split
+
+
 def test_rounds_play_batches_of_the_pool(tmp_path: Path) -> None:
     """tasks_per_round 2 of a 4-task pool: the two rounds play disjoint halves, every rewrite
     is of a task its round played, and the pool keeps its 4 tasks."""

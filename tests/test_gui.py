@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from rlanything_core.environment import make_environment
 from rlanything_core.envs.common import SpecError
 from rlanything_core.envs.gui.apps import (
     APPS,
@@ -43,9 +44,9 @@ from rlanything_core.gui_demos import (
     gui_rewrite_demonstrations,
     gui_trajectories,
 )
-from rlanything_core.rewriting import parse_rewrite
 
 PNG = b"\x89PNG\r\n\x1a\n"
+GUI = make_environment("gui", {}, "id")[0]
 
 
 def _spec(app: str, template: str, params: dict[str, Any], **extra: Any) -> GuiSpec:
@@ -170,9 +171,9 @@ def test_rewrites_change_hints_or_template_and_are_validated() -> None:
         "Click 'Email alerts'.",
         "Click 'Save'.",
     ]
-    easier, error = parse_rewrite(json.dumps({"hints": hints[:1]}), spec)
+    easier, error = GUI.parse_proposal(json.dumps({"hints": hints[:1]}), spec)
     assert error is None and easier is not None and easier.hints == tuple(hints[:1])
-    switched, error = parse_rewrite(
+    switched, error = GUI.parse_proposal(
         '{"template": "all_switches", "params": {"tab": "Privacy", "on": false}}', spec
     )
     assert error is None and switched is not None and switched.template == "all_switches"
@@ -181,7 +182,7 @@ def test_rewrites_change_hints_or_template_and_are_validated() -> None:
         ('{"hints": ["Press the red button."]}', "must quote a real element"),
         ("no JSON here", "no JSON object"),
     ]:
-        proposal, error = parse_rewrite(answer, spec)
+        proposal, error = GUI.parse_proposal(answer, spec)
         assert proposal is None and error is not None and reason in error, (answer, error)
 
 
@@ -314,7 +315,9 @@ def test_noisy_expert_demonstrations_in_chromium(browser: Browser) -> None:
     judge = gui_judge_demonstrations(steps, label_noise=0.0, seed=0)
     verdicts = [d.answer.endswith("\\boxed{1}") for d in judge]
     assert verdicts == [s.progress for s in steps] and not all(verdicts)
-    rewrites = gui_rewrite_demonstrations(generate_gui_specs("id", 16, seed=0), seed=0)
+    rewrites = gui_rewrite_demonstrations(
+        generate_gui_specs("id", 16, seed=0), GUI.rewrite_messages, seed=0
+    )
     assert rewrites
     for demo in rewrites:
         assert set(json.loads(demo.answer)) == {"hints"}

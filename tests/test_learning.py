@@ -13,8 +13,8 @@ import torch
 
 from rlanything_core.config import UpdateConfig
 from rlanything_core.demos import judge_demonstrations, policy_answer, policy_demonstrations
+from rlanything_core.environment import make_environment
 from rlanything_core.envs import household
-from rlanything_core.envs.specs import text_episode
 from rlanything_core.feedback import task_level_advantages
 from rlanything_core.judging import judge_prompts
 from rlanything_core.models import (
@@ -250,7 +250,7 @@ class _Expert:
     """An engine that answers every prompt with the expert's action of a reference episode."""
 
     def __init__(self, spec: household.HouseholdSpec, action_format: ActionFormat) -> None:
-        self.episode = text_episode(spec)
+        self.episode = household.HouseholdEpisode(spec)
         self.action_format = action_format
 
     def generate(
@@ -279,8 +279,11 @@ def test_the_reward_model_warm_start_shows_the_prompts_it_judges_at_run_time(
     import pandas as pd
 
     spec = household.generate_specs("id", 1, seed=4)[0]
+    options = {"history_steps": history_steps, "action_format": action_format}
+    env = make_environment("household", options, "id")[0]
     demos = judge_demonstrations(
         [spec],
+        household.HouseholdEpisode,
         noise=0.0,
         label_noise=0.0,
         history_steps=history_steps,
@@ -290,16 +293,17 @@ def test_the_reward_model_warm_start_shows_the_prompts_it_judges_at_run_time(
     )
     rows = play(
         _Expert(spec, action_format),  # type: ignore[arg-type]
+        env,
         [TaskRef("demo-000", 1, spec)],
         rollouts_per_task=1,
         round_idx=0,
         base_seed=0,
         checkpoint="expert",
-        sampling=Sampling(1.0, 8, 1, history_steps, action_format),
+        sampling=Sampling(1.0, 8, 1),
     )
     assert all(rows[i]["action_valid"] for i in range(len(rows)))  # the box was understood
     assert rows[-1]["outcome"] == 1
-    at_run_time = judge_prompts(pd.DataFrame(rows), history_steps)
+    at_run_time = judge_prompts(pd.DataFrame(rows), env)
     assert len(demos) == len(at_run_time) > 1
     assert [list(d.prompt) for d in demos] == [list(p) for p in at_run_time]
     if action_format == "text":
@@ -311,9 +315,15 @@ def test_text_answers_are_taught_on_prompts_that_list_the_actions_by_name() -> N
     answer is the expert's action in a box, which the rollout parser maps back to that action."""
     spec = household.generate_specs("id", 1, seed=4)[0]
     demos = policy_demonstrations(
-        [spec], noise=0.0, history_steps=0, seed=0, explain=False, action_format="text"
+        [spec],
+        household.HouseholdEpisode,
+        noise=0.0,
+        history_steps=0,
+        seed=0,
+        explain=False,
+        action_format="text",
     )
-    episode = text_episode(spec)
+    episode = household.HouseholdEpisode(spec)
     for demo in demos:
         actions = episode.actions
         expert = actions.index(episode.expert_action())

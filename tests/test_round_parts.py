@@ -21,15 +21,17 @@ from rlanything_core.config import (
     load_config,
     parse_config,
 )
+from rlanything_core.environment import make_environment
 from rlanything_core.envs.household import build_world, parse_spec, plan
 from rlanything_core.feedback import EPS
 from rlanything_core.pool import batch_positions, initial_pool, next_pool, round_batch
-from rlanything_core.rewriting import parse_rewrite
 from rlanything_core.rundir import RunDir
 from rlanything_core.schemas import SCHEMAS, read_dataset, rows_frame, to_table, write_dataset
 from tasks.stages import advantage_computation
 
 ROOT = Path(__file__).resolve().parents[1]
+
+HOUSEHOLD = make_environment("household", {}, "id")[0]
 
 SPEC = {
     "goal_type": "put",
@@ -199,10 +201,10 @@ def test_outcome_only_mode_uses_the_outcome_as_reward(tmp_path: Path) -> None:
 
 def test_parse_rewrite_counts_malformed_answers() -> None:
     parent = parse_spec(SPEC)
-    spec, error = parse_rewrite('Sure! {"num_distractors": 4}', parent)
+    spec, error = HOUSEHOLD.parse_proposal('Sure! {"num_distractors": 4}', parent)
     assert error is None and spec is not None and spec.num_distractors == 4
     whole = {**SPEC, "goal_type": "clean_put"}
-    spec, error = parse_rewrite(f"```json\n{pd.Series(whole).to_json()}\n```", parent)
+    spec, error = HOUSEHOLD.parse_proposal(f"```json\n{pd.Series(whole).to_json()}\n```", parent)
     assert error is None and spec is not None and spec.goal_type == "clean_put"
     for text, reason in [
         ("make it harder", "no JSON object"),
@@ -212,7 +214,7 @@ def test_parse_rewrite_counts_malformed_answers() -> None:
         ('{"num_rooms": 9}', "num_rooms"),
         ('{"max_steps": 1}', "steps of the expert's plan for this layout"),
     ]:
-        spec, error = parse_rewrite(text, parent)
+        spec, error = HOUSEHOLD.parse_proposal(text, parent)
         assert spec is None and error is not None and reason in error, (text, error)
 
 
@@ -299,7 +301,7 @@ def test_environment_ranges_shape_the_configured_split_only() -> None:
     assert {s.goal_type for s in specs} == {"put"}
     assert {s.num_rooms for s in specs} == {1}
     assert max(s.num_distractors for s in specs) <= 2
-    assert all(s.max_steps == len(plan(build_world(s))) + env.step_slack for s in specs)
+    assert all(s.max_steps == len(plan(build_world(s))) + env.options["step_slack"] for s in specs)
     ood = env.generate("ood", 10, seed=3)  # the other split keeps its own definition
     assert {s.goal_type for s in ood} <= {"cool_put", "find_two"}
     assert min(s.num_rooms for s in ood) >= 3

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 from rlanything_core import demos
+from rlanything_core.environment import make_environment
 from rlanything_core.envs import textworld_env as tw
 from rlanything_core.envs.common import SpecError
-from rlanything_core.envs.specs import env_name, parse_task_spec
-from rlanything_core.rewriting import parse_rewrite, rewrite_messages
-from rlanything_core.rollout import TextAgentEpisode
+from rlanything_core.envs.text_environment import TextAgentEpisode
+
+ENV = make_environment("textworld", {}, "id")[0]
 
 SPEC = {"world_size": 2, "nb_objects": 4, "quest_length": 2, "max_steps": 10, "seed": 3}
 
@@ -28,7 +29,7 @@ def _cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyP
 
 def test_spec_generates_a_cached_game_won_by_its_walkthrough(_cache: Path) -> None:
     spec = tw.parse_textworld_spec(SPEC)
-    assert env_name(spec) == "textworld"
+    assert ENV.parse_spec(spec.to_json()) == spec
     game = tw.game_of(spec)
     assert game.path.is_file() and game.path.parent == _cache / tw.spec_hash(spec)
     assert 1 <= len(game.walkthrough) <= spec.max_steps
@@ -87,7 +88,7 @@ def test_interrupted_generation_leaves_no_cache_entry(
 )
 def test_bad_specs_name_the_problem(change: dict[str, object], message: str) -> None:
     with pytest.raises(SpecError, match=message):
-        parse_task_spec("textworld", {**SPEC, **change})
+        ENV.parse_spec({**SPEC, **change})
 
 
 def test_generator_failure_is_a_spec_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -121,7 +122,7 @@ def test_splits_differ_in_size() -> None:
 
 def test_detours_and_invalid_answers_are_not_progress_and_the_episode_goes_on() -> None:
     spec = tw.parse_textworld_spec(SPEC)
-    agent = TextAgentEpisode(spec, history_steps=1)
+    agent = TextAgentEpisode(ENV.game(spec), history_steps=1)
     assert "Admissible actions:" in agent.messages()[1]["content"]
     move = agent.act("I am not sure.")
     assert not move.valid and move.action is None and not move.progress and not agent.done
@@ -147,26 +148,35 @@ def test_step_limit_ends_a_lost_episode() -> None:
 
 def test_rewrites_are_validated_by_generating_the_game() -> None:
     parent = tw.parse_textworld_spec(SPEC)
-    prompt = rewrite_messages(parent, "harder", 0.9, "too easy")
+    prompt = ENV.rewrite_messages(parent, "harder", 0.9, "too easy")
     assert "quest_length" in prompt[1]["content"] and "TextWorld" in prompt[0]["content"]
-    child, why = parse_rewrite('{"nb_objects": 6}', parent)
+    child, why = ENV.parse_proposal('{"nb_objects": 6}', parent)
     assert why is None and isinstance(child, tw.TextWorldSpec) and child.nb_objects == 6
     assert tw.game_of(child).path.is_file()
-    bad, why = parse_rewrite('{"quest_length": 8, "max_steps": 1}', parent)
+    bad, why = ENV.parse_proposal('{"quest_length": 8, "max_steps": 1}', parent)
     assert bad is None and why is not None and "max_steps" in why
 
 
 def test_warm_start_demonstrations_follow_the_winning_policy() -> None:
     specs = tw.generate_textworld_specs("id", 2, seed=2, step_slack=2)
-    policy = demos.policy_demonstrations(specs, noise=0.0, history_steps=1, seed=0)
+    policy = demos.policy_demonstrations(specs, ENV.game, noise=0.0, history_steps=1, seed=0)
     assert len(policy) == sum(len(tw.game_of(s).walkthrough) for s in specs)
     first = tw.TextWorldEpisode(specs[0])
     number = first.actions.index(first.expert_action()) + 1
     assert policy[0].answer.endswith(f"\\boxed{{{number}}}")
-    judge = demos.judge_demonstrations(specs, noise=0.5, label_noise=0.0, history_steps=1, seed=0)
+    judge = demos.judge_demonstrations(
+        specs, ENV.game, noise=0.5, label_noise=0.0, history_steps=1, seed=0
+    )
     answers = {d.answer for d in judge}
     assert answers == {"Progress. \\boxed{1}", "No progress. \\boxed{-1}"}
-    rewrites = demos.rewrite_demonstrations(specs * 3, seed=0)
+    rewrites = demos.rewrite_demonstrations(
+        specs * 3,
+        ENV.rewrite_knobs,
+        rewrite=ENV.rewrite_messages,
+        parse=ENV.parse_spec,
+        adjust=ENV.adjust_rewrite,
+        seed=0,
+    )
     assert rewrites
     for demo in rewrites:
         fields = json.loads(demo.answer)

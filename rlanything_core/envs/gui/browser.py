@@ -204,7 +204,7 @@ def read_state(url: str, timeout: float) -> State:
 
 @dataclass(frozen=True)
 class BrowserOptions:
-    """How Chromium runs (from `environment.browser` in the config)."""
+    """How Chromium runs (from `environment.options.browser` in the config)."""
 
     executable: str = "/usr/bin/chromium"
     viewport: tuple[int, int] = (900, 700)
@@ -223,7 +223,7 @@ class Browser:
             raise BrowserError(
                 f"Chromium not found at {options.executable!r}. Install Debian's package "
                 "(`apt-get install chromium`; `make setup` does it when run as root) or set "
-                "environment.browser.executable to a Chromium binary."
+                "environment.options.browser.executable to a Chromium binary."
             )
         try:
             from playwright.sync_api import sync_playwright

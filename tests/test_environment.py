@@ -1,0 +1,122 @@
+"""The environment interface: loading a class by name, import path or file; options validated by
+the environment's own model; built-ins behind the interface; the core imports no orchestration."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlanything_core.config import ConfigError, parse_config
+from rlanything_core.environment import (
+    BUILTINS,
+    Environment,
+    StepView,
+    environment_class,
+    make_environment,
+)
+from rlanything_core.envs.common import SpecError
+
+ROOT = Path(__file__).resolve().parents[1]
+CORRIDOR = "examples/corridor/corridor.py:CorridorEnvironment"
+
+
+def test_every_builtin_loads_by_name_and_its_specs_round_trip() -> None:
+    for name in BUILTINS:
+        assert issubclass(environment_class(name), Environment), name
+    for name in ("household", "coding"):
+        env = make_environment(name, {}, "id")[0]
+        for spec in env.generate("id", 3, seed=1):
+            assert env.parse_spec(spec.to_json()) == spec
+
+
+def test_unknown_names_and_bad_paths_say_how_to_fix_them(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"'housework' is not a known environment.*file\.py"):
+        environment_class("housework")
+    with pytest.raises(ValueError, match="cannot import module 'no_such_pkg.envs'.*PYTHONPATH"):
+        environment_class("no_such_pkg.envs:Thing")
+    with pytest.raises(ValueError, match="no Environment subclass 'Path'"):
+        environment_class("pathlib:Path")
+    with pytest.raises(ValueError, match="is not a Python file"):
+        environment_class(f"{tmp_path}/missing.py:Env")
+    with pytest.raises(ConfigError, match=r"environment\.name.*housework"):
+        parse_config({"environment": {"name": "housework"}})
+
+
+def test_options_are_validated_by_the_environment_and_name_the_field() -> None:
+    with pytest.raises(ConfigError, match=r"environment\.options\.stepslack: Extra inputs"):
+        parse_config({"environment": {"options": {"stepslack": 3}}})
+    with pytest.raises(ConfigError, match=r"environment\.options\.history_steps"):
+        parse_config({"environment": {"options": {"history_steps": -1}}})
+    config = parse_config({"environment": {"options": {"step_slack": 3}}})
+    assert config.environment.options["step_slack"] == 3
+    assert config.environment.options["history_steps"] == 2  # defaults filled in
+    # the spelling before `options` still loads (old configs and run directories)
+    flat = parse_config({"environment": {"step_slack": 3}})
+    assert flat.environment == config.environment
+
+
+def test_a_user_environment_loads_from_its_file_with_its_own_options(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(ConfigError, match=r"environment\.options\.slackk"):
+        parse_config({"environment": {"name": CORRIDOR, "options": {"slackk": 1}}})
+    config = parse_config({"environment": {"name": CORRIDOR, "options": {"slack": 1}}})
+    env = config.environment.env
+    spec = env.generate("id", 1, seed=0)[0]
+    assert spec.max_steps == abs(spec.door - spec.start) + 1
+    with pytest.raises(SpecError, match="max_steps"):
+        env.parse_spec({**spec.model_dump(), "max_steps": 0})
+    episode = env.new_episode(spec, None, None)
+    move = "right" if spec.door > spec.start else "left"
+    assert episode.act(f"I go \\boxed{{{move}}}").progress
+    invalid = episode.act("\\boxed{up}")
+    assert not invalid.valid and invalid.action is None  # counted, never an error
+    child, error = env.parse_proposal('{"length": 40}', spec)
+    assert error is None and child is not None and child.length == 40
+    assert env.parse_proposal('{"length": 99}', spec)[0] is None
+    step = StepView("reach the door", "at 1", "\\boxed{left}", "left", "at 0")
+    assert "\\boxed{1}" in env.judge_messages(step, [])[0]["content"]
+
+
+def test_importing_the_core_loads_no_orchestration() -> None:
+    code = (
+        "import importlib, pkgutil, sys, rlanything_core\n"
+        "for m in pkgutil.walk_packages(rlanything_core.__path__, 'rlanything_core.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "print(sorted(k for k in ('prefect', 'mlflow', 'prefect_dask') if k in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_an_invalid_answer_read_back_from_parquet_is_judged_as_invalid(tmp_path: Path) -> None:
+    """Rollouts read back from Parquet hold NaN, not None, where an answer named no action: the
+    judge prompt says the answer was invalid (as the RM's warm start does), never "nan"."""
+    import pandas as pd
+
+    rows = pd.DataFrame(
+        {
+            "task_id": ["t", "t"],
+            "task_version": [1, 1],
+            "rollout_idx": [0, 0],
+            "step_idx": [0, 1],
+            "goal": ["g", "g"],
+            "observation": ["o0", "o1"],
+            "response": ["\\boxed{99}", "\\boxed{1}"],
+            "action": [None, "look"],
+            "next_observation": ["Nothing happens.", "o2"],
+        }
+    )
+    rows.to_parquet(tmp_path / "r.parquet")
+    back = pd.read_parquet(tmp_path / "r.parquet")
+    back["action"] = back["action"].astype(object).where(back["action"].notna(), float("nan"))
+    from rlanything_core.judging import judge_prompts
+
+    first, second = judge_prompts(back, make_environment("household", {}, "id")[0])
+    assert "Chosen action: (invalid answer: no admissible action)" in first[1]["content"]
+    assert "> (invalid)\nNothing happens." in second[1]["content"]
+    assert "nan" not in first[1]["content"] + second[1]["content"]
