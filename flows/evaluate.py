@@ -28,7 +28,7 @@ from rlanything_core.schemas import read_dataset, rows_frame, write_dataset
 from rlanything_core.seeding import derive_seed
 from rlanything_core.signals import judge_metrics, task_key, test_samples
 from rlanything_core.stats import accuracy, as_metrics
-from tasks.stages import judge_steps, play_tasks, unit_test_votes
+from tasks.playing import judge_steps, play_tasks, unit_test_votes
 
 SPLITS = ("id", "ood")
 

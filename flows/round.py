@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -11,8 +12,11 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from rlanything_core.config import RunConfig
 from rlanything_core.rundir import RunDir
 from rlanything_core.schemas import read_dataset
+from tasks.adaptation import acceptance_check, task_rewriting
+from tasks.advantages import advantage_computation
 from tasks.common import StageRun, run_stage
-from tasks.stages import STAGES
+from tasks.scoring import reward_scoring, rollout
+from tasks.updates import policy_update, rm_update
 
 SUMMARY_METRICS = (
     "policy/accuracy",
@@ -32,11 +36,20 @@ def rlanything_round(config: RunConfig, run_dir: str, round_idx: int) -> dict[st
     graph's edges). Returns the round's metrics (timing/<stage>_s included)."""
     metrics: dict[str, float] = {}
     done: list[StageRun] = []  # kept until the round ends (`run_stage`: no recycled ids)
-    for stage in STAGES:
+
+    def step(stage: Any) -> None:
         done.append(run_stage(stage, config, run_dir, round_idx, done[-1] if done else None))
         record = done[-1].record
-        metrics |= record["metrics"]
+        metrics.update(record["metrics"])
         metrics[f"timing/{record['stage'].replace('-', '_')}_s"] = float(record["seconds"])
+
+    step(rollout)  # the policy plays the round's tasks G times: rollouts
+    step(reward_scoring)  # the RM votes m times on every step: judgments (or unit tests)
+    step(advantage_computation)  # integrated and consistency feedback: policy/rm samples
+    step(policy_update)  # PPO-clip on the policy samples: the policy's checkpoint
+    step(rm_update)  # PPO-clip on the RM samples: the RM's checkpoint
+    step(task_rewriting)  # the env model rewrites tasks out of the band: candidates
+    step(acceptance_check)  # the valid candidates are played: acceptance and the next pool
     _publish(RunDir(run_dir), round_idx, metrics)
     return metrics
 

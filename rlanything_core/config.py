@@ -350,7 +350,8 @@ class AdvantageConfig(_Strict):
     """With estimator "step", a step's group: the task's steps of the same index (paper) or
     taken from the same state, anchor-state grouping as in GiGPO (arXiv 2505.10978). A step's
     state is what the policy saw, its prompt (goal, observation, admissible actions; with
-    environment.options.history_steps > 0 its history too, so only equal histories share a group)."""
+    environment.options.history_steps > 0 its history too, so only equal histories share a
+    group)."""
     outcome_weight: float = Field(1.0, ge=0.0)
     """w in the policy's R = w·O + λ·mean(S). Paper: 1. 0 is the "Step-only" row (the reward
     model's step signal alone); the reward model's consistency feedback keeps w = 1."""

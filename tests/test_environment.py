@@ -35,7 +35,7 @@ def test_every_builtin_loads_by_name_and_its_specs_round_trip() -> None:
 def test_unknown_names_and_bad_paths_say_how_to_fix_them(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"'housework' is not a known environment.*file\.py"):
         environment_class("housework")
-    with pytest.raises(ValueError, match="cannot import module 'no_such_pkg.envs'.*PYTHONPATH"):
+    with pytest.raises(ValueError, match=r"cannot import module 'no_such_pkg\.envs'.*PYTHONPATH"):
         environment_class("no_such_pkg.envs:Thing")
     with pytest.raises(ValueError, match="no Environment subclass 'Path'"):
         environment_class("pathlib:Path")

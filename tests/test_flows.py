@@ -21,7 +21,9 @@ from prefect.client.orchestration import get_client
 from prefect.testing.utilities import prefect_test_harness
 from safetensors.torch import load_file
 
+import tasks.playing
 import tasks.stages
+import tasks.updates
 from flows.ablate import rlanything_ablate
 from flows.evaluate import rlanything_eval
 from flows.train import rlanything_train
@@ -260,7 +262,7 @@ def test_two_rounds_end_to_end(tmp_path: Path) -> None:
 
 
 def test_transient_failure_is_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = tasks.stages.judge
+    real = tasks.playing.judge
     calls = {"n": 0}
 
     def flaky(*args: Any, **kwargs: Any) -> Any:
@@ -269,7 +271,7 @@ def test_transient_failure_is_retried(tmp_path: Path, monkeypatch: pytest.Monkey
             raise ConnectionError("reward model endpoint went away")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(tasks.stages, "judge", flaky)
+    monkeypatch.setattr(tasks.playing, "judge", flaky)
     run = RunDir(tmp_path / "run")
     summary = rlanything_train(config=tiny(rounds=1), run_dir=str(run.root))
     assert calls["n"] == 2
@@ -317,7 +319,7 @@ def test_each_flow_run_trains_its_own_run_dir_and_a_finished_one_says_so(tmp_pat
 def test_deterministic_failure_is_not_retried_and_resume_redoes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = tasks.stages.rl_update
+    real = tasks.updates.rl_update
     calls = {"n": 0}
 
     def broken(source: str, *args: Any, **kwargs: Any) -> Any:
@@ -326,7 +328,7 @@ def test_deterministic_failure_is_not_retried_and_resume_redoes_nothing(
             raise ValueError("a bug in user code")
         return real(source, *args, **kwargs)
 
-    monkeypatch.setattr(tasks.stages, "rl_update", broken)
+    monkeypatch.setattr(tasks.updates, "rl_update", broken)
     run = RunDir(tmp_path / "run")
     config = tiny(rounds=2)
     with pytest.raises(ValueError, match="a bug in user code"):
@@ -343,7 +345,7 @@ def test_deterministic_failure_is_not_retried_and_resume_redoes_nothing(
     }
     rollouts = run.dataset(1, "rollouts").stat().st_mtime_ns
 
-    monkeypatch.setattr(tasks.stages, "rl_update", real)
+    monkeypatch.setattr(tasks.updates, "rl_update", real)
     summary = rlanything_train(config=config, run_dir=str(run.root))
     assert [r["round"] for r in summary["rounds"]] == [0, 1]
     for (r, s), text in done.items():

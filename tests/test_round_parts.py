@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
-import tasks.stages
+import tasks.warm_start
 from flows.evaluate import reward_model_metrics
 from rlanything_core.config import (
     ConfigError,
@@ -313,10 +313,10 @@ def test_environment_ranges_shape_the_configured_split_only() -> None:
 def test_warm_start_demos_box_alone_without_explain() -> None:
     config = parse_config({"policy": {"warm_start": {"enabled": True, "explain": False}}})
     ws = config.policy.warm_start
-    answers = {d.answer for d in tasks.stages._warm_start_demos(config, "policy", ws)}
+    answers = {d.answer for d in tasks.warm_start.warm_start_demos(config, "policy", ws)}
     assert answers and all(re.fullmatch(r"\\boxed\{\d+\}", a) for a in answers)
     explained = ws.model_copy(update={"explain": True})
-    demos = tasks.stages._warm_start_demos(config, "policy", explained)
+    demos = tasks.warm_start.warm_start_demos(config, "policy", explained)
     assert all(d.answer.startswith("I will ") for d in demos)
 
 

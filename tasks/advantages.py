@@ -1,0 +1,72 @@
+"""Stage 3: integrated feedback and advantages for the policy, consistency feedback for the RM."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from rlanything_core.config import RunConfig
+from rlanything_core.rundir import RunDir
+from rlanything_core.schemas import read_dataset
+from rlanything_core.signals import (
+    policy_samples,
+    rm_samples,
+    test_samples,
+)
+from tasks.common import stage_task
+from tasks.playing import (
+    Metrics,
+    Outputs,
+    write_rows,
+)
+
+
+@stage_task("advantage-computation")
+def advantage_computation(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics]:
+    """Integrated feedback and advantages for the policy; consistency feedback for the RM."""
+    rollouts = read_dataset(run.dataset(r, "rollouts"), "rollouts")
+    judgments = (
+        read_dataset(run.dataset(r, "judgments"), "judgments") if config.uses_reward_model else None
+    )
+    adv = config.advantage
+    policy, metrics = policy_samples(
+        rollouts,
+        judgments,
+        votes=config.rm_votes,
+        lam=adv.lam,
+        estimator=adv.estimator,
+        singleton=adv.singleton,
+        eps=adv.eps,
+        band=config.policy.accuracy_band,
+        drop_zero_advantage=config.policy.drop_zero_advantage,
+        invalid_action_penalty=adv.invalid_action_penalty,
+        grouping=adv.grouping,
+        outcome_weight=adv.outcome_weight,
+    )
+    outputs = {"policy_samples": write_rows(policy, run, r, "policy_samples")}
+    rm_rows: pd.DataFrame | list[dict[str, object]] = []
+    test_rows: pd.DataFrame | list[dict[str, object]] = []
+    if judgments is not None and config.writes_unit_tests:
+        test_rows, rm_metrics = test_samples(
+            rollouts,
+            read_dataset(run.dataset(r, "unit_tests"), "unit_tests"),
+            judgments,
+            invalid_penalty=config.reward_model.parse_failure_penalty,
+            eps=adv.eps,
+            band=config.reward_model.accuracy_band,
+        )
+        metrics |= rm_metrics
+    elif judgments is not None:
+        rm_rows, rm_metrics = rm_samples(
+            rollouts,
+            judgments,
+            policy,
+            votes=config.reward_model.votes,
+            parse_failure_penalty=config.reward_model.parse_failure_penalty,
+            eps=adv.eps,
+            band=config.reward_model.accuracy_band,
+            outcome_weight=adv.outcome_weight,
+        )
+        metrics |= rm_metrics
+    outputs["rm_samples"] = write_rows(rm_rows, run, r, "rm_samples")
+    outputs["test_samples"] = write_rows(test_rows, run, r, "test_samples")
+    return outputs, metrics

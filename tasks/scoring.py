@@ -1,0 +1,67 @@
+"""Stages 1 and 2: the policy plays the round's tasks; the reward model scores every step."""
+
+from __future__ import annotations
+
+from rlanything_core.config import RunConfig
+from rlanything_core.engines import open_engine
+from rlanything_core.pool import round_batch
+from rlanything_core.rollout import TaskRef
+from rlanything_core.rundir import RunDir
+from rlanything_core.schemas import read_dataset
+from tasks.common import stage_task
+from tasks.playing import (
+    Metrics,
+    Outputs,
+    judge_steps,
+    play_policy,
+    unit_test_votes,
+    write_rows,
+)
+
+
+def round_tasks(config: RunConfig, run: RunDir, r: int) -> list[TaskRef]:
+    """The tasks round r plays: its batch of the pool (`environment.tasks_per_round`)."""
+    pool = read_dataset(run.dataset(r, "tasks"), "tasks")
+    return round_batch(pool, config.environment, config.seed, r)
+
+
+@stage_task("rollout")
+def rollout(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics]:
+    """The policy plays every task of the round's batch (the whole pool by default) G times."""
+    tasks = round_tasks(config, run, r)
+    source = run.model_before("policy", r, config.policy.model.source)
+    rows = play_policy(config, run, r, source, tasks, "rollout")
+    return {"rollouts": write_rows(rows, run, r, "rollouts")}, {"rollout/steps": float(len(rows))}
+
+
+@stage_task("reward-scoring")
+def reward_scoring(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics]:
+    """The reward model judges every step m times, or (unit-test mode) writes tests for every
+    task that every program then runs on; nothing in outcome-only mode."""
+    rows: list[dict[str, object]] = []
+    tests: list[dict[str, object]] = []
+    if config.uses_reward_model:
+        rollouts = read_dataset(run.dataset(r, "rollouts"), "rollouts")
+        rm = config.reward_model
+        source = run.model_before("reward_model", r, rm.model.source)
+        engine = open_engine(rm.model, source, "reward_model", rm.update.lora_rank)
+        if config.writes_unit_tests:
+            pool = round_tasks(config, run, r)
+            tests, rows = unit_test_votes(
+                config, engine, rollouts, pool, run.label(source), r, f"round {r}"
+            )
+        else:
+            rows = judge_steps(
+                config,
+                engine,
+                rollouts,
+                round_idx=r,
+                base_seed=config.seed,
+                checkpoint=run.label(source),
+                description=f"round {r} reward scoring",
+            )
+    outputs = {
+        "judgments": write_rows(rows, run, r, "judgments"),
+        "unit_tests": write_rows(tests, run, r, "unit_tests"),
+    }
+    return outputs, {"reward_model/votes": float(len(rows))}

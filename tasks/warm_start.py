@@ -1,0 +1,100 @@
+"""The warm start: supervised fine-tuning of each enabled model on the environment's expert
+pairs, once, before round 0."""
+
+from __future__ import annotations
+
+import math
+
+from rlanything_core.config import RunConfig, WarmStartConfig
+from rlanything_core.demos import Demo
+from rlanything_core.environment import WarmStart
+from rlanything_core.rundir import RunDir
+from rlanything_core.schemas import rows_frame, write_dataset
+from rlanything_core.seeding import derive_seed
+from rlanything_core.training import sft_finetune, tokenize_demos
+from tasks.common import progress, stage_task
+from tasks.playing import (
+    Metrics,
+    Outputs,
+)
+
+
+@stage_task("warm-start")
+def warm_start(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics]:
+    """Supervised fine-tuning of the policy, the reward model and the environment model on
+    expert-made pairs, once, before round 0 (only those whose warm_start is enabled)."""
+    outputs: Outputs = {}
+    metrics: Metrics = {}
+    roles = (
+        ("policy", config.policy.model, config.policy.warm_start, config.policy.update.lora_rank),
+        (
+            "reward_model",
+            config.reward_model.model,
+            config.reward_model.warm_start,
+            config.reward_model.update.lora_rank,
+        ),
+        (
+            "env_model",
+            config.env_model.model,
+            config.env_model.warm_start,
+            config.env_model.lora_rank,
+        ),
+    )
+    for role, model, ws, lora_rank in roles:
+        if not ws.enabled or (role == "reward_model" and not config.uses_reward_model):
+            continue
+        demos = warm_start_demos(config, role, ws)
+        out = run.warm_start_checkpoint(role)
+        steps = ws.epochs * math.ceil(len(demos) / ws.micro_batch_size)
+        with progress(f"warm start {role}", total=steps) as advance:
+            m, pairs = sft_finetune(
+                model.source,
+                out,
+                lambda tokenizer, demos=demos: tokenize_demos(tokenizer, demos),
+                device=model.device,
+                dtype=model.dtype,
+                lora_rank=lora_rank,
+                lr=ws.lr,
+                epochs=ws.epochs,
+                micro_batch_size=ws.micro_batch_size,
+                seed=config.seed,
+                lr_schedule=ws.lr_schedule,
+                on_step=advance,
+            )
+        rows = [
+            {
+                "role": role,
+                "task_id": d.task_id,
+                "step_idx": d.step_idx,
+                "seed": config.seed,
+                "checkpoint": run.label(str(out)),
+                "prompt": str(d.prompt),
+                "response": d.answer,
+                "prompt_token_ids": p,
+                "response_token_ids": a,
+            }
+            for d, (p, a) in zip(demos, pairs, strict=True)
+        ]
+        path = run.root / "warm_start" / f"{role}_sft.parquet"
+        outputs[f"{role}_sft"] = str(
+            write_dataset(rows_frame(rows, "sft_samples"), path, "sft_samples")
+        )
+        outputs[f"{role}_checkpoint"] = str(out)
+        metrics[f"{role}/warm_start_loss"] = m["sft_loss"]
+        metrics[f"{role}/warm_start_pairs"] = float(len(demos))
+    return outputs, metrics
+
+
+def warm_start_demos(config: RunConfig, role: str, ws: WarmStartConfig) -> list[Demo]:
+    """The environment's demonstrations for `role`, judged in the policy's warm-started format."""
+    request = WarmStart(
+        role=role,  # type: ignore[arg-type]
+        episodes=ws.episodes,
+        noise=ws.noise,
+        label_noise=ws.label_noise,
+        explain=(ws if role == "policy" else config.policy.warm_start).explain,
+        specs_seed=derive_seed(config.seed, "warm-start", role) % 2**31,
+        seed=config.seed,
+        judge_mode="unit_tests" if config.writes_unit_tests else "judge",
+    )
+    return list(config.environment.env.demonstrations(request))
