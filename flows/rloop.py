@@ -38,19 +38,20 @@ from tasks.rloop import EXPLOITATION_STAGES
 def rlanything_rloop(config: RunConfig, run_dir: str = "runs/rloop") -> dict[str, Any]:
     """Run (or continue) `config.rloop.cycles` RLoop cycles in `run_dir`; returns the summary."""
     root = RunDir(run_dir)
-    root.init(config)
-    summary: dict[str, Any] = (
-        json.loads(root.summary_path.read_text())
-        if root.summary_path.is_file()
-        else {"run_dir": str(root.root), "cycles": []}
-    )
-    summary.setdefault("prefect_flow_run_ids", []).append(flow_run.get_id())
-    with Tracker(root, config, flow_run.get_id()).finishing() as tracker:
-        summary["mlflow_run_id"] = tracker.parent_id
-        base = warm_started(config, RunDir(root.root / "warm_start"))
-        for c in range(len(summary["cycles"]), config.rloop.cycles):
-            summary["cycles"].append(_cycle(base, root, c, tracker.parent_id))
-            write_json(root.summary_path, summary)
+    with root.exclusive():  # one process per RLoop directory (its cycles live inside it)
+        root.init(config)
+        summary: dict[str, Any] = (
+            json.loads(root.summary_path.read_text())
+            if root.summary_path.is_file()
+            else {"run_dir": str(root.root), "cycles": []}
+        )
+        summary.setdefault("prefect_flow_run_ids", []).append(flow_run.get_id())
+        with Tracker(root, config, flow_run.get_id()).finishing() as tracker:
+            summary["mlflow_run_id"] = tracker.parent_id
+            base = warm_started(config, RunDir(root.root / "warm_start"))
+            for c in range(len(summary["cycles"]), config.rloop.cycles):
+                summary["cycles"].append(_cycle(base, root, c, tracker.parent_id))
+                write_json(root.summary_path, summary)
     summary["mlflow_ui"] = tracker.ui_hint()
     return summary
 

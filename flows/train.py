@@ -91,13 +91,23 @@ def rlanything_train(
     named "AlreadyFinished" (a caller of the function still gets the summary)."""
     config = pick_config(config, config_file)
     run = RunDir(expand_run_dir(run_dir))
-    run.init(config)
-    before = (
-        _progress(json.loads(run.summary_path.read_text())) if run.summary_path.is_file() else None
-    )
-    with Tracker(run, config, flow_run.get_id()).finishing() as tracker:
-        summary = train_rounds(config, run, tracker)
-        tracker.idle = before == _progress(summary)
+    with run.exclusive() as left:
+        if left is not None:
+            get_run_logger().warning(
+                "took over %s from PID %s on host %s, which died holding it",
+                run.root,
+                left.get("pid"),
+                left.get("host"),
+            )
+        run.init(config)
+        before = (
+            _progress(json.loads(run.summary_path.read_text()))
+            if run.summary_path.is_file()
+            else None
+        )
+        with Tracker(run, config, flow_run.get_id()).finishing() as tracker:
+            summary = train_rounds(config, run, tracker)
+            tracker.idle = before == _progress(summary)
     summary["mlflow_ui"] = tracker.ui_hint()
     if tracker.idle:
         message = (

@@ -8,12 +8,16 @@ one is redone from the start, overwriting whatever half-done output it left.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import re
 import shutil
+import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +36,16 @@ def write_json(path: Path, data: Any) -> None:
 
 class RunDirError(RuntimeError):
     """A file of a finished stage is missing, truncated or changed; the message names it."""
+
+
+def _holder(fd: int) -> dict[str, Any] | None:
+    """The process a lock file names (pid, host, since), or None when it is empty or unreadable."""
+    raw = os.pread(fd, 4096, 0)
+    try:
+        found = json.loads(raw) if raw.strip() else None
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def sha256_file(path: Path) -> str:
@@ -62,6 +76,38 @@ class RunDir:
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root).resolve()
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[dict[str, Any] | None]:
+        """Hold the run directory for this process while the block runs: one run directory,
+        one process. A second holder stops at once with a RunDirError naming the first one's
+        PID and host. The lock (`.lock`, an flock the kernel drops when its process dies) records
+        its holder and is emptied on a clean exit; a record found on entry is a process that
+        died holding it, taken over here and yielded (None otherwise)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                held = _holder(fd) or {}
+                raise RunDirError(
+                    f"{self.root} is in use by PID {held.get('pid', '?')} on host "
+                    f"{held.get('host', '?')} (since {held.get('since', '?')}): one run directory "
+                    "takes one process. Wait for it to finish or stop it, or choose another "
+                    "--run-dir."
+                ) from None
+            left = _holder(fd)
+            me = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.ctime()}
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(me).encode(), 0)
+            os.fsync(fd)
+            try:
+                yield left
+            finally:
+                os.ftruncate(fd, 0)
+        finally:
+            os.close(fd)
 
     @property
     def config_path(self) -> Path:

@@ -1,0 +1,93 @@
+"""One run directory, one process (the lock), and writes that survive a power loss (fsync of the
+renamed entry's directory)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlanything_core.atomic import atomic_dir, atomic_path
+from rlanything_core.rundir import RunDir, RunDirError
+
+HOLD = """
+import sys, time
+from rlanything_core.rundir import RunDir
+with RunDir(sys.argv[1]).exclusive():
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
+def _holder(root: Path) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(root)], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_busy_run_directory_is_refused_with_the_holders_pid_and_host(tmp_path: Path) -> None:
+    root = tmp_path / "run"
+    proc = _holder(root)
+    try:
+        started = time.monotonic()
+        busy = pytest.raises(RunDirError, match=rf"in use by PID {proc.pid} on host ")
+        with busy, RunDir(root).exclusive():
+            pass
+        assert time.monotonic() - started < 5  # at once, no waiting
+        from flows.cli import main
+
+        code = main(["train", "--config", "configs/tiny.yaml", "--run-dir", str(root)])
+        assert code == 2 and not (root / "round_000").exists()  # nothing written
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_lock_left_by_a_killed_process_is_taken_over(tmp_path: Path) -> None:
+    root = tmp_path / "run"
+    proc = _holder(root)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    with RunDir(root).exclusive() as left:
+        assert left is not None and left["pid"] == proc.pid
+        assert left["host"] == socket.gethostname()
+        record = json.loads((root / ".lock").read_text())
+        assert record["pid"] == os.getpid()
+    with RunDir(root).exclusive() as left:  # a clean exit leaves nothing to take over
+        assert left is None
+
+
+def test_atomic_writes_fsync_the_file_its_directory_and_a_checkpoints_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[str] = []
+    real = os.fsync
+
+    def record(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", record)
+    with atomic_path(tmp_path / "a" / "x.parquet") as tmp:
+        tmp.write_bytes(b"data")
+    assert synced[-1] == str(tmp_path / "a")  # after the rename: the directory holding it
+    assert synced[0].startswith(str(tmp_path / "a" / ".x.parquet.tmp-"))  # the data first
+    synced.clear()
+    with atomic_dir(tmp_path / "ckpt") as tmp:
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "shard.safetensors").write_bytes(b"w")
+        (tmp / "config.json").write_text("{}")
+    names = [Path(p).name for p in synced]
+    assert names[:2] == ["config.json", "shard.safetensors"]  # every file of the checkpoint
+    assert names[2] == "sub" and names[3].startswith(".ckpt.tmp-")  # then its directories
+    assert synced[-1] == str(tmp_path)  # and the rename, in the parent
+    assert (tmp_path / "ckpt" / "sub" / "shard.safetensors").read_bytes() == b"w"
