@@ -165,8 +165,14 @@ class RunDir:
         return self.root / "checkpoints" / "policy" / "refined"
 
     def finished(self, round_idx: int, stage: str) -> dict[str, Any] | None:
+        """A finished stage's record, its outputs as paths under this run directory (markers
+        store them relative to it, so a moved or copied run directory resumes), or None."""
         path = self.marker(round_idx, stage)
-        return _read_marker(path) if path.is_file() else None
+        return self._absolute(_read_marker(path)) if path.is_file() else None
+
+    def _absolute(self, record: dict[str, Any]) -> dict[str, Any]:
+        outputs = {k: str(self.root / v) for k, v in record.get("outputs", {}).items()}
+        return {**record, "outputs": outputs}
 
     def output_files(self, outputs: dict[str, str]) -> dict[str, dict[str, Any]]:
         """Size and sha256 of every file of `outputs` (files, or checkpoint directories), keyed by
@@ -244,14 +250,14 @@ class RunDir:
         record = {
             "stage": stage,
             "round": round_idx,
-            "outputs": outputs,
+            "outputs": {k: self.label(v) for k, v in outputs.items()},
             "files": self.output_files(outputs),
             "metrics": metrics,
             "seconds": seconds,
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
         write_json(self.marker(round_idx, stage), record)
-        return record
+        return self._absolute(record)
 
     # -- config and state -------------------------------------------------------------------
 

@@ -91,3 +91,24 @@ def test_atomic_writes_fsync_the_file_its_directory_and_a_checkpoints_tree(
     assert names[2] == "sub" and names[3].startswith(".ckpt.tmp-")  # then its directories
     assert synced[-1] == str(tmp_path)  # and the rename, in the parent
     assert (tmp_path / "ckpt" / "sub" / "shard.safetensors").read_bytes() == b"w"
+
+
+def test_stage_markers_store_outputs_relative_to_a_run_directory_that_can_move(
+    tmp_path: Path,
+) -> None:
+    run = RunDir(tmp_path / "a")
+    ckpt = run.root / "checkpoints" / "policy" / "warm_start"
+    ckpt.mkdir(parents=True)
+    (ckpt / "model.safetensors").write_bytes(b"weights")
+    record = run.finish(-1, "warm-start", {"policy_checkpoint": str(ckpt)}, {}, 1.0)
+    assert record["outputs"]["policy_checkpoint"] == str(ckpt)  # callers get real paths
+    stored = json.loads(run.marker(-1, "warm-start").read_text())
+    assert stored["outputs"] == {"policy_checkpoint": "checkpoints/policy/warm_start"}
+    (tmp_path / "b").mkdir()
+    moved = RunDir((tmp_path / "a").rename(tmp_path / "b" / "a"))
+    found = moved.finished(-1, "warm-start")
+    assert found is not None
+    assert found["outputs"]["policy_checkpoint"] == str(
+        moved.root / "checkpoints/policy/warm_start"
+    )
+    assert moved.verify_all() == 1

@@ -943,6 +943,23 @@ def test_a_user_environment_named_by_its_file_trains_through_the_whole_loop(
         assert rows["goal"].str.startswith("reach the door").all(), split
 
 
+def test_a_moved_run_directory_resumes_as_if_it_had_not_moved(tmp_path: Path) -> None:
+    """One round, the run directory moved elsewhere, then the second round: its datasets are
+    byte for byte those of a run that trained both rounds where it was."""
+    whole = RunDir(tmp_path / "whole")
+    rlanything_train(config=tiny(rounds=2), run_dir=str(whole.root))
+    first = RunDir(tmp_path / "first")
+    rlanything_train(config=tiny(rounds=1), run_dir=str(first.root))
+    (tmp_path / "elsewhere").mkdir()
+    moved = RunDir(first.root.rename(tmp_path / "elsewhere" / "moved"))
+    summary = rlanything_train(config=tiny(rounds=2), run_dir=str(moved.root))
+    _two_rounds_finished(moved, summary)
+    for name in ROUND_FILES:
+        a, b = whole.dataset(1, name), moved.dataset(1, name)
+        assert a.read_bytes() == b.read_bytes(), name
+    assert moved.verify_all() == whole.verify_all()
+
+
 def test_rounds_play_batches_of_the_pool(tmp_path: Path) -> None:
     """tasks_per_round 2 of a 4-task pool: the two rounds play disjoint halves, every rewrite
     is of a task its round played, and the pool keeps its 4 tasks."""
