@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import os
 import shutil
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -279,12 +281,59 @@ def _gui_strip(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(config: Any, run_dir: str) -> int:
-    _prefect_defaults()
-    from flows.train import rlanything_train
+class TracebacksToFile(logging.Filter):
+    """On the console, a log record's traceback is replaced by where it went: appended to
+    `path`. Prefect's log handlers of flow and task runs have sent the record to its server by
+    the time the root logger's console handler sees it, so the UI keeps the traceback."""
 
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info or record.exc_text:
+            self.write(logging.Formatter("%(asctime)s %(name)s: %(message)s").format(record))
+            record.msg, record.args = f"{record.getMessage()} (traceback: {self.path})", None
+            record.exc_info, record.exc_text = None, None
+        return True
+
+    def write(self, text: str) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a") as fh:
+            fh.write(text.rstrip("\n") + "\n\n")
+
+
+def _run(config: Any, run_dir: str) -> int:
+    """Train in `run_dir`. A failure prints one `error:` line (exit 2); every traceback, Prefect's
+    included, goes to $RLANYTHING_DATA/logs/, which that line names."""
+    _prefect_defaults()
+    from prefect.logging.configuration import setup_logging
+
+    from flows.train import rlanything_train
+    from rlanything_core.default_model import data_root
+
+    stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    quiet = TracebacksToFile(data_root() / "logs" / f"train-{stamp}.log")
+    setup_logging()  # Prefect's handlers, so that the filter sits on its console handler
+    handlers = [h for h in logging.getLogger().handlers if isinstance(h, logging.StreamHandler)]
+    for handler in handlers:
+        handler.addFilter(quiet)
     start = time.perf_counter()
-    summary = rlanything_train(config=config, run_dir=run_dir)
+    try:
+        summary = rlanything_train(config=config, run_dir=run_dir)
+    except expected_errors():
+        raise
+    except Exception as exc:
+        quiet.write("".join(traceback.format_exception(exc)))
+        console.print(
+            f"[red]error:[/red] {type(exc).__name__}: {exc} (the run stopped; traceback: "
+            f"{quiet.path}; `rlanything resume --run-dir {run_dir}` continues it once fixed)",
+            soft_wrap=True,
+        )
+        return 2
+    finally:
+        for handler in handlers:
+            handler.removeFilter(quiet)
     _print_summary(summary, time.perf_counter() - start)
     return 0
 
@@ -371,6 +420,15 @@ def main(argv: list[str] | None = None) -> int:
     gs.add_argument("--out", default="docs/gui-strip.png", help="output PNG")
     gs.set_defaults(func=_gui_strip)
     args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except expected_errors() as exc:
+        console.print(f"[red]error:[/red] {exc}", soft_wrap=True)
+        return 2
+
+
+def expected_errors() -> tuple[type[Exception], ...]:
+    """Errors whose message says what to change: printed as one line, without a traceback."""
     from rlanything_core.config import ConfigError
     from rlanything_core.default_model import ModelNotFoundError
     from rlanything_core.envs.common import SpecError
@@ -380,9 +438,7 @@ def main(argv: list[str] | None = None) -> int:
     from rlanything_core.sandbox import SandboxError
     from rlanything_core.schemas import SchemaError
 
-    try:
-        return int(args.func(args))
-    except (
+    return (
         BrowserError,
         CheckpointWriteError,
         ConfigError,
@@ -391,9 +447,7 @@ def main(argv: list[str] | None = None) -> int:
         SandboxError,
         SchemaError,
         SpecError,
-    ) as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        return 2
+    )
 
 
 if __name__ == "__main__":
