@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import importlib
 import importlib.util
+import json
 import os
 import sys
 from abc import ABC, abstractmethod
@@ -62,7 +63,7 @@ class TaskSpec(Protocol):
         """The spec as JSON (stored in the tasks dataset's `spec` column)."""
         ...
 
-    def model_dump(self) -> dict[str, Any]: ...
+    def model_dump(self, *, mode: str = "python") -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -186,8 +187,8 @@ class Environment(ABC, Generic[OptionsT]):
 
     def rewrite_example(self, spec: TaskSpec) -> str:
         """An example answer of changed fields, as JSON."""
-        field, value = next(iter(spec.model_dump().items()))
-        return f'{{"{field}": {value!r}}}'.replace("'", '"')
+        field, value = next(iter(spec.model_dump(mode="json").items()))
+        return json.dumps({field: value})
 
     def rewrite_current(self, spec: TaskSpec) -> str:
         """The current task as the rewrite prompt shows it."""
