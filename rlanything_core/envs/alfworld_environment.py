@@ -14,10 +14,10 @@ from rlanything_core.envs.alfworld_env import (
     generate_alfworld_specs,
     parse_alfworld_spec,
 )
-from rlanything_core.envs.text_environment import TextEnvironment
+from rlanything_core.envs.text_environment import TextEnvironment, TextOptions
 
 
-class AlfworldEnvironment(TextEnvironment):
+class AlfworldEnvironment(TextEnvironment[TextOptions]):
     """ALFWorld's household games, played through its TextWorld engine; its PDDL plan is the
     expert."""
 
@@ -32,7 +32,7 @@ class AlfworldEnvironment(TextEnvironment):
         return parse_alfworld_spec(data)
 
     def generate(self, split: Split, n: int, seed: int) -> Sequence[AlfworldSpec]:
-        return generate_alfworld_specs(split, n, seed, self.opts.step_slack)
+        return generate_alfworld_specs(split, n, seed, self.options.step_slack)
 
     def check_pool(self, n: int, seed: int) -> None:
         """Nothing at config time: games are found in the data when the run needs them."""

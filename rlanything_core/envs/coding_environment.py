@@ -60,7 +60,7 @@ class CodingOptions(BaseModel):
     """How programs and tests run."""
 
 
-class CodingEnvironment(Environment):
+class CodingEnvironment(Environment[CodingOptions]):
     """One-step tasks: the policy answers with a program, which runs on the task's tests."""
 
     Options: ClassVar[type[BaseModel]] = CodingOptions
@@ -70,18 +70,14 @@ class CodingEnvironment(Environment):
         "statement) and tests (a list of test objects)."
     )
 
-    @property
-    def opts(self) -> CodingOptions:
-        return cast(CodingOptions, self.options)
-
     def runner(self) -> CodeRunner:
-        return self.opts.sandbox.runner()
+        return self.options.sandbox.runner()
 
     def parse_spec(self, data: str | dict[str, object]) -> CodingSpec:
         return parse_coding_spec(data)
 
     def generate(self, split: Split, n: int, seed: int) -> Sequence[CodingSpec]:
-        return generate_coding_specs(split, n, seed, self.opts.source)
+        return generate_coding_specs(split, n, seed, self.options.source)
 
     @property
     def act_workers(self) -> int:
@@ -117,7 +113,7 @@ class CodingEnvironment(Environment):
     def demonstrations(self, request: WarmStart) -> list[Demo]:
         """Reference solutions (policy); judged references, or their tests in unit-test mode."""
         pairs = reference_pairs(
-            self.pool_split, request.episodes, request.specs_seed, self.opts.source
+            self.pool_split, request.episodes, request.specs_seed, self.options.source
         )
         if request.role == "policy":
             return coding_policy_demonstrations(pairs)

@@ -37,7 +37,7 @@ class HouseholdOptions(TextOptions):
     """Distractor-count range; None = the split's own (id 0–4, ood 2–6)."""
 
 
-class HouseholdEnvironment(TextEnvironment):
+class HouseholdEnvironment(TextEnvironment[HouseholdOptions]):
     """Rooms, receptacles and objects; put/clean/heat/cool/find goals; an expert planner labels
     every step's progress."""
 
@@ -58,7 +58,7 @@ class HouseholdEnvironment(TextEnvironment):
     def generate(self, split: Split, n: int, seed: int) -> Sequence[HouseholdSpec]:
         """The split's tasks; `environment.split`'s are narrowed by `goals`, `num_rooms` and
         `num_distractors`."""
-        o = cast(HouseholdOptions, self.options)
+        o = self.options
         if split != self.pool_split:
             return household.generate_specs(split, n, seed=seed, step_slack=o.step_slack)
         return household.generate_specs(

@@ -7,7 +7,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import ClassVar, Literal, Protocol, cast
+from typing import ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -88,23 +88,16 @@ class TextAgentEpisode:
         return Move(action, result.valid, result.observation, result.progress, result.done)
 
 
-class _HasOptions(Protocol):
-    step_slack: int
-    history_steps: int
-    action_format: ActionFormat
+TextOptionsT = TypeVar("TextOptionsT", bound=TextOptions)
 
 
-class TextEnvironment(Environment):
+class TextEnvironment(Environment[TextOptionsT]):
     """A text game environment: subclasses make the game of a spec and say how to rewrite it."""
 
     Options: ClassVar[type[BaseModel]] = TextOptions
     warm_starts: ClassVar[frozenset[Role]] = frozenset({"policy", "reward_model", "env_model"})
     rewrite_knobs: ClassVar[Knobs] = {}
     """The rewrite demonstrations' difficulty knobs: field -> (step range, sign towards harder)."""
-
-    @property
-    def opts(self) -> _HasOptions:
-        return cast(_HasOptions, self.options)
 
     @abstractmethod
     def game(self, spec: TaskSpec) -> TextGame:
@@ -113,10 +106,12 @@ class TextEnvironment(Environment):
     def new_episode(
         self, spec: TaskSpec, shots: Path | None, root: Path | None
     ) -> TextAgentEpisode:
-        return TextAgentEpisode(self.game(spec), self.opts.history_steps, self.opts.action_format)
+        return TextAgentEpisode(
+            self.game(spec), self.options.history_steps, self.options.action_format
+        )
 
     def judge_messages(self, step: StepView, earlier: Sequence[StepView]) -> Messages:
-        h = self.opts.history_steps
+        h = self.options.history_steps
         shown = (
             [(s.action or INVALID_ACTION, s.next_observation) for s in earlier[-h:]] if h else []
         )
@@ -136,10 +131,10 @@ class TextEnvironment(Environment):
                 specs,
                 game,
                 noise=request.noise,
-                history_steps=self.opts.history_steps,
+                history_steps=self.options.history_steps,
                 seed=request.seed,
                 explain=request.explain,
-                action_format=self.opts.action_format,
+                action_format=self.options.action_format,
             )
         if (
             request.role == "reward_model"
@@ -149,10 +144,10 @@ class TextEnvironment(Environment):
                 game,
                 noise=request.noise,
                 label_noise=request.label_noise,
-                history_steps=self.opts.history_steps,
+                history_steps=self.options.history_steps,
                 seed=request.seed,
                 explain=request.explain,
-                action_format=self.opts.action_format,
+                action_format=self.options.action_format,
             )
         return rewrite_demonstrations(
             specs,

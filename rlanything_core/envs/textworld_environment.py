@@ -7,7 +7,7 @@ from typing import ClassVar, cast
 
 from rlanything_core.demos import Knobs, TextGame
 from rlanything_core.environment import Split, TaskSpec
-from rlanything_core.envs.text_environment import TextEnvironment
+from rlanything_core.envs.text_environment import TextEnvironment, TextOptions
 from rlanything_core.envs.textworld_env import (
     MAX_OBJECTS,
     MAX_QUEST_LENGTH,
@@ -21,7 +21,7 @@ from rlanything_core.envs.textworld_env import (
 )
 
 
-class TextWorldEnvironment(TextEnvironment):
+class TextWorldEnvironment(TextEnvironment[TextOptions]):
     """Text adventures whose quests TextWorld generates; the walkthrough is the expert."""
 
     serial = True  # game engines are not made for threads
@@ -39,7 +39,7 @@ class TextWorldEnvironment(TextEnvironment):
         return parse_textworld_spec(data)
 
     def generate(self, split: Split, n: int, seed: int) -> Sequence[TextWorldSpec]:
-        return generate_textworld_specs(split, n, seed, self.opts.step_slack)
+        return generate_textworld_specs(split, n, seed, self.options.step_slack)
 
     def check_pool(self, n: int, seed: int) -> None:
         """Nothing at config time: games are generated (minutes) when the run needs them."""

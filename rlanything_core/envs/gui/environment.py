@@ -64,7 +64,7 @@ class GuiOptions(BaseModel):
     """How headless Chromium runs."""
 
 
-class GuiEnvironment(Environment):
+class GuiEnvironment(Environment[GuiOptions]):
     """Tasks in small web apps, played by clicking, typing and choosing in Chromium."""
 
     Options: ClassVar[type[BaseModel]] = GuiOptions
@@ -76,24 +76,20 @@ class GuiEnvironment(Environment):
         "instruction followed by the hints."
     )
 
-    def __init__(self, name: str, options: BaseModel, pool_split: Split) -> None:
+    def __init__(self, name: str, options: GuiOptions, pool_split: Split) -> None:
         super().__init__(name, options, pool_split)
         self._browser: Browser | None = None
-
-    @property
-    def opts(self) -> GuiOptions:
-        return cast(GuiOptions, self.options)
 
     def parse_spec(self, data: str | dict[str, object]) -> GuiSpec:
         return parse_gui_spec(data)
 
     def generate(self, split: Split, n: int, seed: int) -> Sequence[GuiSpec]:
-        return generate_gui_specs(split, n, seed, self.opts.step_slack)
+        return generate_gui_specs(split, n, seed, self.options.step_slack)
 
     @contextlib.contextmanager
     def session(self) -> Iterator[None]:
         """Chromium (and the apps' server) run while the episodes of one `play` call do."""
-        with Browser(self.opts.browser.options()) as browser:
+        with Browser(self.options.browser.options()) as browser:
             self._browser = browser
             try:
                 yield
@@ -103,11 +99,13 @@ class GuiEnvironment(Environment):
     def new_episode(self, spec: TaskSpec, shots: Path | None, root: Path | None) -> GuiEpisode:
         if self._browser is None:
             raise RuntimeError("gui episodes are made inside GuiEnvironment.session()")
-        return GuiEpisode(cast(GuiSpec, spec), self._browser, self.opts.history_steps, shots, root)
+        return GuiEpisode(
+            cast(GuiSpec, spec), self._browser, self.options.history_steps, shots, root
+        )
 
     def judge_messages(self, step: StepView, earlier: Sequence[StepView]) -> Messages:
         """The earlier actions only, not their pages (one page before and one after is long)."""
-        h = self.opts.history_steps
+        h = self.options.history_steps
         shown = [(s.action or INVALID_ACTION, "") for s in earlier[-h:]] if h else []
         return judge_messages(
             step.goal, shown, step.observation, step.response, step.action, step.next_observation
@@ -136,7 +134,11 @@ class GuiEnvironment(Environment):
         if request.role == "env_model":
             return gui_rewrite_demonstrations(specs, self.rewrite_messages, seed=request.seed)
         steps = gui_trajectories(
-            specs, request.noise, self.opts.history_steps, request.seed, self.opts.browser.options()
+            specs,
+            request.noise,
+            self.options.history_steps,
+            request.seed,
+            self.options.browser.options(),
         )
         if request.role == "policy":
             return gui_policy_demonstrations(steps, explain=request.explain)
