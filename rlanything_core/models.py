@@ -25,6 +25,7 @@ Choices (METHOD.md §1, policy loss):
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import math
 import re
@@ -118,14 +119,37 @@ def cpu_has_native_bf16() -> bool:
     return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in probes)
 
 
+MIXED = "-mixed"
+"""Suffix of the mixed-precision dtypes: float32 weights, bfloat16 forward passes."""
+
+
+def autocast_dtype(dtype: str, device: torch.device) -> torch.dtype | None:
+    """The dtype forward passes are autocast to for a config's `dtype`, or None (no autocast).
+
+    "bfloat16-mixed": bfloat16 (`torch.autocast`): matrix products and attention run in
+    bfloat16 while the weights, gradients and optimizer state stay float32, so small learning
+    rates are not rounded away as they are in bfloat16 weights. "fastest-mixed": the same on
+    CUDA and on CPUs with native bfloat16, None elsewhere.
+    """
+    if dtype == "bfloat16" + MIXED:
+        _warn_if_emulated(torch.bfloat16, device)
+        return torch.bfloat16
+    if dtype == "fastest" + MIXED:
+        return torch.bfloat16 if device.type == "cuda" or cpu_has_native_bf16() else None
+    return None
+
+
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """The torch dtype for a config's `dtype` on `device`.
+    """The torch dtype of the weights for a config's `dtype` on `device`.
 
     "auto": bfloat16 on CUDA, float32 on CPU (the same on every CPU, so results do not depend
     on the machine). "fastest": bfloat16 on CUDA and on CPUs with native bfloat16
-    (`cpu_has_native_bf16`), else float32. Any other value is a torch dtype name, used as given;
-    bfloat16 on a CPU without native support warns, since it is many times slower there.
+    (`cpu_has_native_bf16`), else float32. "bfloat16-mixed" and "fastest-mixed": float32 (see
+    `autocast_dtype`). Any other value is a torch dtype name, used as given; bfloat16 on a CPU
+    without native support warns, since it is many times slower there.
     """
+    if dtype.endswith(MIXED):
+        return torch.float32
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     if dtype == "fastest":
@@ -134,18 +158,35 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     resolved = getattr(torch, dtype, None)
     if not isinstance(resolved, torch.dtype):
         raise ValueError(
-            f'dtype "{dtype}" is not a torch dtype; use "auto", "fastest", "float32", "bfloat16" '
-            'or "float16"'
+            f'dtype "{dtype}" is not a torch dtype; use "auto", "fastest", "fastest-mixed", '
+            '"float32", "bfloat16", "bfloat16-mixed" or "float16"'
         )
-    if resolved == torch.bfloat16 and device.type == "cpu" and not cpu_has_native_bf16():
+    _warn_if_emulated(resolved, device)
+    return resolved
+
+
+def _warn_if_emulated(dtype: torch.dtype, device: torch.device) -> None:
+    if dtype == torch.bfloat16 and device.type == "cpu" and not cpu_has_native_bf16():
         warnings.warn(
             "dtype bfloat16 on a CPU without AVX512-BF16 or AMX: PyTorch emulates it, many times "
-            'slower than float32. Set the model\'s dtype to "fastest" (bfloat16 only where the '
-            'hardware has it) or "float32".',
+            'slower than float32. Set the model\'s dtype to "fastest" or "fastest-mixed" '
+            '(bfloat16 only where the hardware has it) or "float32".',
             RuntimeWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
-    return resolved
+
+
+def _autocast_forward(model: Any, device: torch.device, dtype: torch.dtype) -> None:
+    """Run every forward pass of `model` under `torch.autocast(device, dtype)`; the backward
+    pass follows the dtypes its forward chose."""
+    forward = model.forward
+
+    @functools.wraps(forward)
+    def autocast_forward(*args: Any, **kwargs: Any) -> Any:
+        with torch.autocast(device.type, dtype=dtype):
+            return forward(*args, **kwargs)
+
+    model.forward = autocast_forward
 
 
 def load_tokenizer(source: str) -> PreTrainedTokenizerBase:
@@ -179,7 +220,7 @@ def load_model(
     Args:
         source: see `resolve_source`. A LoRA checkpoint (adapter_config.json) loads its base model
             and the adapter on top.
-        dtype: see `resolve_dtype`.
+        dtype: see `resolve_dtype` (the weights) and `autocast_dtype` (the forward passes).
         trainable: prepare for training (LoRA adapters stay separate and trainable).
         lora_rank: when > 0 and `source` has no adapter yet, add a fresh LoRA adapter of this rank
             to all linear layers (only with trainable=True).
@@ -208,6 +249,9 @@ def load_model(
             )
     model.to(dev)
     model.train(trainable)
+    compute = autocast_dtype(dtype, dev)
+    if compute is not None:
+        _autocast_forward(model, dev, compute)
     return model, load_tokenizer(path)
 
 

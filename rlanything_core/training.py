@@ -285,13 +285,15 @@ def sft_update(
     micro_batch_size: int = 8,
     seed: int = 0,
     lr_schedule: Literal["constant", "linear"] = "constant",
+    group_by_length: bool = False,
     on_step: Callable[[int], None] | None = None,
 ) -> dict[str, float]:
     """Supervised fine-tuning: minimize −log π(response | prompt), mean over response tokens.
 
     One optimizer step per micro-batch; pairs are shuffled each epoch with a seeded generator.
     `lr_schedule="linear"` takes step k of T at lr·(1 − k/T), the optimizer's rate decayed
-    linearly toward 0; the optimizer's rate is restored at the end.
+    linearly toward 0; the optimizer's rate is restored at the end. `group_by_length` batches
+    pairs of about the same length together (`micro_batches`).
 
     Args:
         pairs: (prompt token ids, response token ids incl. EOS).
@@ -301,12 +303,12 @@ def sft_update(
     losses: list[float] = []
     base_lrs = [float(group["lr"]) for group in optimizer.param_groups]
     total = epochs * math.ceil(len(pairs) / micro_batch_size)
+    lengths = [len(p) + len(r) for p, r in pairs]
     for _ in range(epochs):
-        order = rng.permutation(len(pairs))
-        for start in range(0, len(order), micro_batch_size):
+        for rows in micro_batches(lengths, micro_batch_size, rng, group_by_length=group_by_length):
             if lr_schedule == "linear":
                 scale_lr(optimizer, base_lrs, 1.0 - len(losses) / total)
-            batch = [pairs[i] for i in order[start : start + micro_batch_size]]
+            batch = [pairs[i] for i in rows]
             logp, mask = response_logprobs(
                 model,  # type: ignore[arg-type]
                 [p for p, _ in batch],
@@ -326,6 +328,32 @@ def sft_update(
         "sft_loss": float(np.mean(losses[-max(1, len(losses) // 4) :])),
         "sft_steps": float(len(losses)),
     }
+
+
+LENGTH_GROUP = 64
+"""Micro-batches per group when `micro_batches` groups by length."""
+
+
+def micro_batches(
+    lengths: Sequence[int], size: int, rng: np.random.Generator, *, group_by_length: bool
+) -> list[np.ndarray]:
+    """One epoch's micro-batches of row indices, `size` rows each (the last may be smaller).
+
+    The rows are shuffled. With `group_by_length`, each run of `LENGTH_GROUP` × `size` shuffled
+    rows is sorted by length before it is cut into batches, and the batches are then shuffled,
+    so a batch pads its rows to about their own length while batches still come in random
+    order. Either way there are ⌈len(lengths) / size⌉ batches.
+    """
+    order = rng.permutation(len(lengths))
+    if not group_by_length:
+        return [order[i : i + size] for i in range(0, len(order), size)]
+    batches: list[np.ndarray] = []
+    span = LENGTH_GROUP * size
+    for start in range(0, len(order), span):
+        group = order[start : start + span]
+        group = group[np.argsort([lengths[i] for i in group], kind="stable")]
+        batches += [group[i : i + size] for i in range(0, len(group), size)]
+    return [batches[i] for i in rng.permutation(len(batches))]
 
 
 def tokenize_demos(tokenizer: Any, demos: Sequence[Demo]) -> list[tuple[list[int], list[int]]]:
@@ -353,6 +381,7 @@ def sft_finetune(
     micro_batch_size: int,
     seed: int,
     lr_schedule: Literal["constant", "linear"] = "constant",
+    group_by_length: bool = False,
     on_step: Callable[[int], None] | None = None,
 ) -> tuple[dict[str, float], list[tuple[list[int], list[int]]]]:
     """Load `source`, fine-tune it on `build_pairs(tokenizer)`, save it to `out_dir`.
@@ -373,6 +402,7 @@ def sft_finetune(
             micro_batch_size=micro_batch_size,
             seed=seed,
             lr_schedule=lr_schedule,
+            group_by_length=group_by_length,
             on_step=on_step,
         )
         if pairs

@@ -59,6 +59,7 @@ def warm_start(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics
                 micro_batch_size=ws.micro_batch_size,
                 seed=config.seed,
                 lr_schedule=ws.lr_schedule,
+                group_by_length=ws.group_by_length,
                 on_step=advance,
             )
         rows = [
