@@ -159,6 +159,9 @@ class WarmStartConfig(_Strict):
     """Run the warm start (once per run, before round 0)."""
     episodes: int = Field(8, ge=1)
     """Expert episodes whose steps make the training pairs (env model: task specs)."""
+    episodes_per_task: int = Field(1, ge=1)
+    """Episodes played on each generated task, the noise making them differ: more pairs from
+    fewer tasks where tasks are slow to make (a TextWorld game takes about a second)."""
     noise: float = Field(0.3, ge=0.0, le=1.0)
     """Fraction of random actions in those episodes (covers states off the expert's path)."""
     label_noise: float = Field(0.2, ge=0.0, le=1.0)

@@ -97,6 +97,8 @@ class WarmStart:
     """The run's base seed (noise and label draws)."""
     judge_mode: Literal["judge", "unit_tests"] = "judge"
     """Reward model: what it will be asked (`reward_model.mode`): verdicts, or unit tests."""
+    episodes_per_task: int = 1
+    """Episodes played on each task (`Environment.warm_start_specs`): ⌈episodes / this⌉ tasks."""
 
 
 class NoOptions(BaseModel):
@@ -214,6 +216,14 @@ class Environment(ABC, Generic[OptionsT]):
         return merge_proposal(text, parent, self.parse_spec)
 
     # -- warm starts (optional)
+    def warm_start_specs(self, request: WarmStart) -> list[TaskSpec]:
+        """The tasks `request`'s episodes are played on, in order: ⌈episodes / episodes_per_task⌉
+        generated from the pool's split with `specs_seed`, each repeated `episodes_per_task`
+        times (the noise makes the repeats differ), `episodes` in all."""
+        k = request.episodes_per_task
+        specs = self.generate(self.pool_split, -(-request.episodes // k), request.specs_seed)
+        return [spec for spec in specs for _ in range(k)][: request.episodes]
+
     def demonstrations(self, request: WarmStart) -> list[Demo]:
         """Expert (prompt, answer) pairs for `request.role` (one of `warm_starts`)."""
         raise NotImplementedError(f"{type(self).__name__} has no {request.role} demonstrations")

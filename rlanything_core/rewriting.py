@@ -105,8 +105,18 @@ def rewrite_prompt(
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
+PROPOSAL_TAIL = 65536
+"""Characters at the end of an answer that are searched for its JSON object: a proposal is a
+few hundred characters, and a runaway answer costs time in proportion to what is searched."""
+
+
 def last_json_object(text: str) -> tuple[dict[str, object] | None, str | None]:
-    """The last top-level JSON object in `text` (nested objects allowed), or None and why."""
+    """The last top-level JSON object in `text` (nested objects allowed), or None and why.
+
+    Only the last `PROPOSAL_TAIL` characters are searched. Whatever the text holds (nesting
+    deeper than Python's recursion limit, integers longer than its conversion limit), the
+    answer is a value or a reason, never an exception."""
+    text = text[-PROPOSAL_TAIL:]
     decoder = json.JSONDecoder()
     found: dict[str, object] | None = None
     error: str | None = None
@@ -116,6 +126,14 @@ def last_json_object(text: str) -> tuple[dict[str, object] | None, str | None]:
             value, end = decoder.raw_decode(text, pos)
         except json.JSONDecodeError as exc:
             error = f"malformed JSON: {exc.msg}"
+            pos = text.find("{", pos + 1)
+            continue
+        except RecursionError:
+            error = "malformed JSON: nested too deeply"
+            pos = text.find("{", pos + 1)
+            continue
+        except ValueError as exc:  # e.g. an integer past int()'s digit limit
+            error = f"malformed JSON: {exc}"[:200]
             pos = text.find("{", pos + 1)
             continue
         if isinstance(value, dict):

@@ -97,5 +97,6 @@ def warm_start_demos(config: RunConfig, role: str, ws: WarmStartConfig) -> list[
         specs_seed=derive_seed(config.seed, "warm-start", role) % 2**31,
         seed=config.seed,
         judge_mode="unit_tests" if config.writes_unit_tests else "judge",
+        episodes_per_task=ws.episodes_per_task,
     )
     return list(config.environment.env.demonstrations(request))

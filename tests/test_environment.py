@@ -3,6 +3,7 @@ the environment's own model; built-ins behind the interface; the core imports no
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from rlanything_core.environment import (
     BUILTINS,
     Environment,
     StepView,
+    WarmStart,
     environment_class,
     make_environment,
 )
@@ -120,3 +122,23 @@ def test_an_invalid_answer_read_back_from_parquet_is_judged_as_invalid(tmp_path:
     assert "Chosen action: (invalid answer: no admissible action)" in first[1]["content"]
     assert "> (invalid)\nNothing happens." in second[1]["content"]
     assert "nan" not in first[1]["content"] + second[1]["content"]
+
+
+def test_warm_start_episodes_per_task_replays_fewer_tasks_with_different_noise() -> None:
+    """warm_start.episodes_per_task: ⌈episodes / k⌉ tasks, each played k times, and the noisy
+    replays of one task are different episodes (more distinct pairs than one episode gives)."""
+    env = make_environment("household", {}, "id")[0]
+    request = WarmStart("policy", 7, 0.5, 0.2, False, specs_seed=3, seed=0, episodes_per_task=3)
+    specs = env.warm_start_specs(request)
+    distinct = env.generate(env.pool_split, 3, seed=3)
+    assert specs == [distinct[0]] * 3 + [distinct[1]] * 3 + [distinct[2]]
+    assert env.warm_start_specs(dataclasses.replace(request, episodes_per_task=1)) == list(
+        env.generate(env.pool_split, 7, seed=3)
+    )
+    demos = env.demonstrations(request)
+    by_episode: dict[str, list[str]] = {}
+    for d in demos:
+        by_episode.setdefault(d.task_id, []).append(str(d.prompt))
+    assert len(by_episode) == 7
+    first_task = [tuple(by_episode[f"demo-{n:03d}"]) for n in range(3)]
+    assert len(set(first_task)) > 1  # the noise plays the same task differently

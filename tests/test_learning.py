@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -33,7 +34,7 @@ from rlanything_core.models import (
 from rlanything_core.parsing import parse_action, parse_action_index
 from rlanything_core.prompts import ActionFormat, Messages, policy_messages
 from rlanything_core.rollout import Sampling, TaskRef, play
-from rlanything_core.training import rl_update, sft_update
+from rlanything_core.training import micro_batches, rl_update, sft_update
 
 ACTIONS = ["go to desk 1", "open drawer 2", "take mug 1 from shelf 3", "look"]
 GOAL, TARGET = "take the mug", 2  # the toy task: one goal, one right action among four
@@ -229,6 +230,31 @@ def test_warm_start_lr_schedule(schedule: str) -> None:
     expected = [1e-3, 0.75e-3, 0.5e-3, 0.25e-3] if schedule == "linear" else [1e-3] * 4
     assert seen == pytest.approx(expected)
     assert optimizer.param_groups[0]["lr"] == 1e-3
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_micro_batches_cover_every_pair_once_and_grouping_cuts_padding(grouped: bool) -> None:
+    """warm_start.group_by_length: the same ⌈n/size⌉ batches, each pair in exactly one, batches
+    of similar lengths (far less padding than random batches), in a seeded random order."""
+    lengths = [int(x) for x in np.random.default_rng(7).integers(200, 360, size=1000)]
+
+    def padding(batches: list[np.ndarray]) -> float:
+        padded = sum(max(lengths[i] for i in b) * len(b) for b in batches)
+        return 1 - sum(lengths) / padded
+
+    batches = micro_batches(lengths, 16, np.random.default_rng(0), group_by_length=grouped)
+    assert len(batches) == 63 and [len(b) for b in batches].count(16) == 62
+    assert sorted(int(i) for b in batches for i in b) == list(range(1000))
+    again = micro_batches(lengths, 16, np.random.default_rng(0), group_by_length=grouped)
+    assert all((a == b).all() for a, b in zip(batches, again, strict=True))
+    random_batches = micro_batches(lengths, 16, np.random.default_rng(0), group_by_length=False)
+    if grouped:
+        assert padding(batches) < 0.05 < 0.15 < padding(random_batches)
+        firsts = [lengths[b[0]] for b in batches]
+        assert firsts != sorted(firsts)  # the batches themselves come in random order
+    else:  # the order sft_update has always used: one permutation per epoch, cut in order
+        order = np.random.default_rng(0).permutation(1000)
+        assert all((b == order[16 * k : 16 * k + 16]).all() for k, b in enumerate(batches))
 
 
 def test_saved_optimizer_state_for_another_model_is_a_clear_error(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from rlanything_core.config import ModelConfig
 from rlanything_core.default_model import ModelNotFoundError
 from rlanything_core.models import (
     TrainSample,
+    autocast_dtype,
     generate,
     load_model,
     make_optimizer,
@@ -217,6 +218,61 @@ def test_dtype_fastest_uses_bfloat16_only_where_the_cpu_has_it(
     assert [str(w.message).split(":")[0] for w in caught] == (
         [] if native else ["dtype bfloat16 on a CPU without AVX512-BF16 or AMX"]
     )
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_mixed_dtypes_keep_float32_weights_and_autocast_where_asked(
+    native: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    for dtype in ("bfloat16-mixed", "fastest-mixed"):
+        assert resolve_dtype(dtype, cpu) == torch.float32
+        assert autocast_dtype(dtype, cuda) == torch.bfloat16
+    assert autocast_dtype("fastest-mixed", cpu) == (torch.bfloat16 if native else None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert autocast_dtype("bfloat16-mixed", cpu) == torch.bfloat16  # as asked, even emulated
+    assert len(caught) == (0 if native else 1)
+    for dtype in ("auto", "fastest", "float32", "bfloat16"):
+        assert autocast_dtype(dtype, cpu) is None
+
+
+def test_a_mixed_precision_model_computes_in_bfloat16_and_trains_float32_weights(
+    tmp_path: Path,
+) -> None:
+    """bfloat16-mixed: the forward pass runs in bfloat16 (its logits say so) while the weights,
+    their gradients and the saved checkpoint stay float32, and a training step moves the
+    weights as the float32 model's step does, within bfloat16's rounding."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # emulated bfloat16 on some CPUs
+        mixed, tok = load_model("tiny", device="cpu", dtype="bfloat16-mixed", trainable=True)
+    plain, _ = load_model("tiny", device="cpu", dtype="float32", trainable=True)
+    prompt = [tok(t)["input_ids"] for t in ("you are in the kitchen", "go to sinkbasin 1")]
+    answer = [with_eos(tok("look")["input_ids"], tok.eos_token_id)] * 2
+    ids = torch.tensor([prompt[0]])
+    assert mixed(input_ids=ids).logits.dtype == torch.bfloat16
+    assert plain(input_ids=ids).logits.dtype == torch.float32
+    with torch.no_grad():  # bfloat16's rounding moves a token's log-prob by < 0.02 nats
+        lp = [response_logprobs(m, prompt, answer, temperature=1.0, pad_id=0)[0]
+              for m in (mixed, plain)]  # fmt: skip
+    assert 0 < (lp[0] - lp[1]).abs().max() < 0.02
+    moved = []
+    for model in (mixed, plain):
+        before = _state(model)
+        optimizer = make_optimizer(model, lr=1e-3)
+        logp, mask = response_logprobs(model, prompt, answer, temperature=1.0, pad_id=0)
+        (-(logp * mask).sum() / mask.sum()).backward()
+        assert all(p.grad.dtype == torch.float32 for p in model.parameters() if p.grad is not None)
+        optimizer.step()
+        after = _state(model)
+        moved.append(torch.cat([(after[k] - before[k]).flatten() for k in before]))
+        assert all(v.dtype == torch.float32 for v in after.values())
+    assert torch.cosine_similarity(moved[0], moved[1], dim=0) > 0.9
+    save_checkpoint(mixed, tok, tmp_path / "mixed")
+    reloaded, _ = load_model(str(tmp_path / "mixed"), device="cpu", dtype="float32")
+    assert {p.dtype for p in reloaded.parameters()} == {torch.float32}
 
 
 def test_unknown_dtype_is_named_with_the_choices() -> None:

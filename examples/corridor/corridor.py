@@ -135,7 +135,7 @@ class CorridorEnvironment(Environment[CorridorOptions]):
         """Policy: the expert's move at every cell. Env model: a longer corridor (harder) or two
         more steps (easier)."""
         rng, out = random.Random(request.seed), []
-        specs = self.generate(self.pool_split, request.episodes, request.specs_seed)
+        specs = self.warm_start_specs(request)
         for n, spec in enumerate(specs):
             if request.role == "env_model":
                 harder = rng.random() < 0.5

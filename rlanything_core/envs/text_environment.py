@@ -124,7 +124,7 @@ class TextEnvironment(Environment[TextOptionsT]):
         return change
 
     def demonstrations(self, request: WarmStart) -> list[Demo]:
-        specs = self.generate(self.pool_split, request.episodes, request.specs_seed)
+        specs = self.warm_start_specs(request)
         game: Callable[[TaskSpec], TextGame] = self.game
         if request.role == "policy":
             return policy_demonstrations(

@@ -127,10 +127,7 @@ class GuiEnvironment(Environment[GuiOptions]):
 
     def demonstrations(self, request: WarmStart) -> list[Demo]:
         """The expert's hinted plans played in Chromium (policy, judge); hint changes (env)."""
-        specs = [
-            cast(GuiSpec, s)
-            for s in self.generate(self.pool_split, request.episodes, request.specs_seed)
-        ]
+        specs = [cast(GuiSpec, s) for s in self.warm_start_specs(request)]
         if request.role == "env_model":
             return gui_rewrite_demonstrations(specs, self.rewrite_messages, seed=request.seed)
         steps = gui_trajectories(
