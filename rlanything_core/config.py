@@ -565,10 +565,48 @@ def load_config(path: str | Path) -> RunConfig:
     if not p.is_file():
         raise ConfigError(f"config file {p} does not exist; see configs/ for examples.")
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{p} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8."
+        ) from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p} is not valid YAML: {exc}") from exc
+    nodes = _expanded_nodes(data, MAX_CONFIG_NODES)
+    if nodes > MAX_CONFIG_NODES:
+        raise ConfigError(
+            f"{p} expands to more than {MAX_CONFIG_NODES} values once its YAML aliases (*name) "
+            "are resolved; a config holds a few hundred. Write the repeated parts out, or "
+            "remove the aliases."
+        )
     return parse_config(data, where=str(p))
+
+
+MAX_CONFIG_NODES = 100_000
+"""Values a config may expand to: YAML aliases can nest a list of ten ten-fold into 10^k
+values (a "billion laughs"), which validation would walk one by one."""
+
+
+def _expanded_nodes(data: object, limit: int) -> int:
+    """Values in `data` with every alias expanded, counted up to just past `limit`."""
+    seen: dict[int, int] = {}  # id of a container already counted → its expanded size
+
+    def count(value: object) -> int:
+        if not isinstance(value, dict | list):
+            return 1
+        if id(value) in seen:
+            return seen[id(value)]
+        seen[id(value)] = limit + 1  # a value that holds itself (`&a [*a]`) never ends
+        total = 1
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            total += count(key) + count(item) if isinstance(value, dict) else count(item)
+            if total > limit:
+                break
+        seen[id(value)] = total
+        return total
+
+    return count(data)
 
 
 def parse_config(data: object, where: str = "config") -> RunConfig:

@@ -189,7 +189,14 @@ class OpenAIEngine:
         }
         data = self._post("/chat/completions", body)
         choice = data["choices"][0]
-        text = choice["message"].get("content") or ""
+        content_text = choice["message"].get("content")
+        # Model outputs are data: JSON may carry lone surrogates ("\ud800"), which no Parquet
+        # file can hold; they become U+FFFD. Content that is not text counts as no answer.
+        text = (
+            content_text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+            if isinstance(content_text, str)
+            else ""
+        )
         prompt_ids = data.get("prompt_token_ids") or encode_chat(self.tokenizer, prompt)
         token_ids = choice.get("token_ids")
         content = (choice.get("logprobs") or {}).get("content") or []

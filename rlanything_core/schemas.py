@@ -22,6 +22,15 @@ class SchemaError(ValueError):
     """A dataset file or frame does not match its declared schema."""
 
 
+SCHEMA_VERSION = 1
+"""Version of the dataset schemas below, written into every file's Parquet metadata
+(`rlanything.schema_version`, beside `rlanything.dataset`, its name). A reader refuses a file
+of a newer version by name; a file without one (written before versions, or by hand) is
+checked by its columns alone."""
+_VERSION_KEY = b"rlanything.schema_version"
+_DATASET_KEY = b"rlanything.dataset"
+
+
 def _f(name: str, typ: pa.DataType, nullable: bool = False) -> pa.Field:
     return pa.field(name, typ, nullable=nullable)
 
@@ -286,6 +295,9 @@ def write_dataset(
 ) -> Path:
     """Check rows against the schema of `dataset`, then write them to `path` atomically."""
     table = to_table(frame, dataset)
+    table = table.replace_schema_metadata(
+        {_DATASET_KEY: dataset.encode(), _VERSION_KEY: str(SCHEMA_VERSION).encode()}
+    )
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp)
     return Path(path)
@@ -307,5 +319,23 @@ def read_dataset(path: str | os.PathLike[str], dataset: str) -> pd.DataFrame:
             f"{p}: not a readable Parquet file (truncated or corrupt?): {exc}. Delete it and rerun "
             f"the stage that writes '{dataset}'."
         ) from exc
+    _check_version(table.schema.metadata or {}, dataset, p)
     _check_table(table, dataset, str(p))
     return table.to_pandas()
+
+
+def _check_version(metadata: Mapping[bytes, bytes], dataset: str, path: Path) -> None:
+    raw = metadata.get(_VERSION_KEY)
+    if raw is None:
+        return
+    try:
+        version = int(raw)
+    except ValueError:
+        version = -1
+    if not 1 <= version <= SCHEMA_VERSION:
+        raise SchemaError(
+            f"{path}: schema version {raw.decode(errors='replace')!r} of '{dataset}', but this "
+            f"rlanything reads versions 1 to {SCHEMA_VERSION}: upgrade rlanything to read it, or "
+            f"rerun the stage that writes '{dataset}' (a task file: drop its "
+            f"{_VERSION_KEY.decode()} metadata key, and its columns are checked alone)."
+        )
