@@ -73,6 +73,29 @@ def rows() -> list[tuple[str, str, str]]:
                 "trl-grpo.json",
             )
         )
+    speed = _load("sft-speed")
+    if speed:
+        flags = ", ".join(speed["machine"]["cpu_flags"])
+        for row in speed["sft"][1:]:
+            batches = "length-grouped" if row["group_by_length"] else "random"
+            out.append(
+                (
+                    f"warm-start step, {row['dtype']}, {batches} batches (tiny-128x4; {flags})",
+                    f"{row['median_s_per_step']:.3f} s per step of {speed['micro_batch_size']} "
+                    f"pairs ({row['padding_fraction']:.0%} padding) vs float32 random "
+                    f"{speed['sft'][0]['median_s_per_step']:.3f} s: **{row['speedup']:.2f}×**",
+                    "sft-speed.json",
+                )
+            )
+        gen = speed["generation"]
+        out.append(
+            (
+                f"sampling, {gen[1]['dtype']} vs float32 (tiny-128x4; {flags})",
+                f"{gen[1]['prompts']} answers in {gen[1]['seconds']:.1f} s vs "
+                f"{gen[0]['seconds']:.1f} s: **{gen[1]['speedup']:.2f}×**",
+                "sft-speed.json",
+            )
+        )
     gui = _load("gui-demo")
     if gui:
         ex = gui["expert"]
