@@ -59,7 +59,7 @@ bench: setup
 	$(BIN)/python benchmarks/orchestration.py --config configs/tiny.yaml --out benchmarks/results/orchestration-tiny.json
 	$(BIN)/python benchmarks/orchestration.py --config configs/demo.yaml --rounds 1 --out benchmarks/results/orchestration-demo.json
 	$(BIN)/python benchmarks/trl_grpo.py --config configs/tiny.yaml --out benchmarks/results/trl-grpo.json
-	$(BIN)/python benchmarks/sft_speed.py --config configs/learning-household.yaml --out benchmarks/results/sft-speed.json
+	$(BIN)/python benchmarks/sft_speed.py --config configs/learning-household-3000.yaml --out benchmarks/results/sft-speed.json
 
 # The paper's ablation at CPU scale (7 rows x 3 seeds: Table 1's five, Step-only, Anchor-state); see README "Ablation".
 ablation: setup

@@ -7,7 +7,7 @@ for `--steps` micro-batches of `warm_start.micro_batch_size` from the same shuff
 prompts at the policy's batch size and `max_new_tokens`. Variants: float32 or "fastest-mixed"
 (bfloat16 autocast where the CPU has it), and random or length-grouped micro-batches.
 
-    python benchmarks/sft_speed.py --config configs/learning-household.yaml \
+    python benchmarks/sft_speed.py --config configs/learning-household-3000.yaml \
         --out benchmarks/results/sft-speed.json
 """
 

@@ -180,8 +180,9 @@ class WarmStartConfig(_Strict):
     """Pairs per optimizer step."""
     group_by_length: bool = False
     """Make each micro-batch of pairs of about the same length (shuffled within groups of 64
-    micro-batches, the batches in random order), so less of each batch is padding: 18 % less
-    time a step for the tiny household policy (benchmarks/results/sft-speed.json)."""
+    micro-batches, the batches in random order), so less of each batch is padding: 1.32x as
+    fast a step for the tiny household policy (benchmarks/results/sft-speed.json). Off by
+    default: with it (and bfloat16) a constant-rate warm start ended far weaker (sweep run y)."""
 
 
 # Options of the built-in environments as they were spelled before `environment.options` (at
