@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import mlflow
@@ -130,3 +131,18 @@ def test_readme_deploy_sequence_trains_twice_and_schedules(tmp_path: Path) -> No
         )
         with contextlib.suppress(ProcessLookupError):  # the worker, in the script's group
             os.killpg(shell.pid, signal.SIGTERM)
+        _wait_for_group_or_kill(shell.pid, seconds=15)
+
+
+def _wait_for_group_or_kill(group: int, seconds: float) -> None:
+    """Wait for every process of `group` to exit, then SIGKILL what is left: a worker whose
+    server was stopped first can outlive SIGTERM and would poll on after the test."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.5)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGKILL)
