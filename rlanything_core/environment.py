@@ -78,6 +78,9 @@ class StepView:
     next_observation: str
 
 
+T = TypeVar("T")
+
+
 @dataclass(frozen=True)
 class WarmStart:
     """A request for warm-start demonstrations (`policy|reward_model|env_model.warm_start`)."""
@@ -99,6 +102,15 @@ class WarmStart:
     """Reward model: what it will be asked (`reward_model.mode`): verdicts, or unit tests."""
     episodes_per_task: int = 1
     """Episodes played on each task (`Environment.warm_start_specs`): ⌈episodes / this⌉ tasks."""
+
+    @property
+    def tasks(self) -> int:
+        """How many distinct tasks the episodes are played on."""
+        return -(-self.episodes // self.episodes_per_task)
+
+    def repeat(self, tasks: Sequence[T]) -> list[T]:
+        """Each of `tasks` `episodes_per_task` times in a row, `episodes` items in all."""
+        return [t for t in tasks for _ in range(self.episodes_per_task)][: self.episodes]
 
 
 class NoOptions(BaseModel):
@@ -220,9 +232,8 @@ class Environment(ABC, Generic[OptionsT]):
         """The tasks `request`'s episodes are played on, in order: ⌈episodes / episodes_per_task⌉
         generated from the pool's split with `specs_seed`, each repeated `episodes_per_task`
         times (the noise makes the repeats differ), `episodes` in all."""
-        k = request.episodes_per_task
-        specs = self.generate(self.pool_split, -(-request.episodes // k), request.specs_seed)
-        return [spec for spec in specs for _ in range(k)][: request.episodes]
+        tasks = self.generate(self.pool_split, request.tasks, request.specs_seed)
+        return request.repeat(tasks)
 
     def demonstrations(self, request: WarmStart) -> list[Demo]:
         """Expert (prompt, answer) pairs for `request.role` (one of `warm_starts`)."""

@@ -124,16 +124,14 @@ def last_json_object(text: str) -> tuple[dict[str, object] | None, str | None]:
     while pos != -1:
         try:
             value, end = decoder.raw_decode(text, pos)
-        except json.JSONDecodeError as exc:
-            error = f"malformed JSON: {exc.msg}"
-            pos = text.find("{", pos + 1)
-            continue
-        except RecursionError:
-            error = "malformed JSON: nested too deeply"
-            pos = text.find("{", pos + 1)
-            continue
-        except ValueError as exc:  # e.g. an integer past int()'s digit limit
-            error = f"malformed JSON: {exc}"[:200]
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+            error = "malformed JSON: " + (
+                exc.msg
+                if isinstance(exc, json.JSONDecodeError)
+                else "nested too deeply"
+                if isinstance(exc, RecursionError)
+                else str(exc)[:180]  # e.g. an integer past int()'s digit limit
+            )
             pos = text.find("{", pos + 1)
             continue
         if isinstance(value, dict):

@@ -112,10 +112,9 @@ class CodingEnvironment(Environment[CodingOptions]):
 
     def demonstrations(self, request: WarmStart) -> list[Demo]:
         """Reference solutions (policy); judged references, or their tests in unit-test mode."""
-        k = request.episodes_per_task  # a problem's reference is the same on every repeat
-        problems = -(-request.episodes // k)
-        pairs = reference_pairs(self.pool_split, problems, request.specs_seed, self.options.source)
-        pairs = [pair for pair in pairs for _ in range(k)][: request.episodes]
+        pairs = request.repeat(  # a problem's reference is the same on every repeat
+            reference_pairs(self.pool_split, request.tasks, request.specs_seed, self.options.source)
+        )
         if request.role == "policy":
             return coding_policy_demonstrations(pairs)
         if request.judge_mode == "unit_tests":
