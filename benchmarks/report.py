@@ -96,6 +96,25 @@ def rows() -> list[tuple[str, str, str]]:
                 "sft-speed.json",
             )
         )
+    for name in ("serve-load", "serve-load-smollm2"):
+        load = _load(name)
+        if load:
+            rss, metrics = load["rss_mb"], load["server_metrics"]
+            after = "/".join(str(a) for a in rss["after_each_burst"])
+            out.append(
+                (
+                    f"`rlanything serve` under load ({load['model']}; {load['bursts']} bursts of "
+                    f"{load['requests_per_burst']} concurrent requests)",
+                    f"{load['requests']} requests, **{load['errors']} errors**; peak RSS "
+                    f"**{rss['peak']} MB** (idle {rss['baseline']} MB, after each burst {after}); "
+                    f"answers in {load['latency_s_200']['median']:.2f} s median, "
+                    f"{load['latency_s_200']['p95']:.2f} s p95; "
+                    f"{metrics['rlanything_serve_cancelled_answers_total']:.0f} abandoned streams "
+                    f"stopped decoding; SIGTERM: exit {load['sigterm']['returncode']} in "
+                    f"{load['sigterm']['seconds_to_exit']:.1f} s",
+                    f"{name}.json",
+                )
+            )
     gui = _load("gui-demo")
     if gui:
         ex = gui["expert"]

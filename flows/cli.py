@@ -7,7 +7,7 @@ rlanything ablate --config FILE --seeds N [--rounds R] [--rows A,B] [--workers W
 rlanything rloop --config FILE [--cycles C] [--run-dir DIR]
 rlanything sandbox run PROGRAM.py [--stdin FILE] [--timeout S] [--isolation LEVEL]
 rlanything humaneval --out FILE.parquet [--all]
-rlanything serve --model PATH [--port P] [--host H] [--name NAME]
+rlanything serve --model PATH [--port P] [--host H] [--name NAME] [--max-queue N] [--grace S]
 """
 
 from __future__ import annotations
@@ -100,12 +100,14 @@ def prefect_ui_hint(flow_run_id: str) -> str:
     """Where the Prefect UI shows a flow run: on the server of PREFECT_API_URL when one is set,
     else on a `prefect server start` of this machine (the run used a throwaway server that
     kept its records in PREFECT_HOME's database)."""
-    from prefect.settings import PREFECT_API_URL
+    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_API_HOST, PREFECT_SERVER_API_PORT
 
     api = PREFECT_API_URL.value()
     if api:
         return f"{api.rstrip('/').removesuffix('/api')}/runs/flow-run/{flow_run_id}"
-    return f"prefect server start  → http://127.0.0.1:4200/runs/flow-run/{flow_run_id}"
+    # `prefect server start` binds PREFECT_SERVER_API_HOST:PREFECT_SERVER_API_PORT.
+    host, port = PREFECT_SERVER_API_HOST.value(), PREFECT_SERVER_API_PORT.value()
+    return f"prefect server start  → http://{host}:{port}/runs/flow-run/{flow_run_id}"
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -265,11 +267,33 @@ def _serve(args: argparse.Namespace) -> int:
         device=args.device,
         dtype=args.dtype,
         batch_size=args.batch_size,
+        max_queue=args.max_queue,
+        max_model_len=args.max_model_len,
+    )
+
+    class _Uvicorn(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            # Refuse new work and bound the running batch before uvicorn waits for connections.
+            if not server.closing:
+                console.print(f"shutting down: the running batch has {args.grace:g} s to finish")
+                server.close(args.grace)
+            super().handle_exit(sig, frame)
+            # A stop asked for is a clean exit (status 0), not a re-raised signal.
+            self._captured_signals.clear()
+
+    config = uvicorn.Config(
+        create_app(server),
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        timeout_graceful_shutdown=math.ceil(args.grace) + 5,
     )
     console.print(
-        f"serving {server.base_name!r} at http://{args.host}:{args.port}/v1 (OpenAI-compatible)"
+        f"serving {server.base_name!r} at http://{args.host}:{args.port}/v1 (OpenAI-compatible; "
+        f"context {server.max_model_len} tokens, at most {server.max_queue} waiting answers)"
     )
-    uvicorn.run(create_app(server), host=args.host, port=args.port, log_level="warning")
+    _Uvicorn(config).run()
+    console.print("stopped")
     return 0
 
 
@@ -413,6 +437,23 @@ def main(argv: list[str] | None = None) -> int:
         help='"auto" (float32 on CPU), "fastest" (bfloat16 where the hardware has it) or a dtype',
     )
     sv.add_argument("--batch-size", type=int, default=32, help="requests decoded together")
+    sv.add_argument(
+        "--max-queue",
+        type=int,
+        default=256,
+        help="answers that may wait for the model; more get 503 (default 256)",
+    )
+    sv.add_argument(
+        "--max-model-len",
+        type=int,
+        help="context length: prompt plus completion (default: the model's position limit)",
+    )
+    sv.add_argument(
+        "--grace",
+        type=float,
+        default=10.0,
+        help="seconds the running batch may finish after SIGTERM/SIGINT (default 10)",
+    )
     sv.set_defaults(func=_serve)
     gs = sub.add_parser("gui-strip", help="a PNG strip of one GUI episode's screenshots")
     gs.add_argument("--task", type=int, default=5, help="seed task number (default 5)")

@@ -157,14 +157,25 @@ class OpenAIEngine:
 
     def _http_error(self, response: httpx.Response) -> EngineError:
         detail = response.text[:300]
-        if response.status_code in (400, 404) and "model" in detail.lower():
+        try:  # OpenAI's {"error": {...}}, or vLLM's older flat {"message": ..., "code": ...}
+            body = response.json()
+            error = body.get("error", body) if isinstance(body, dict) else {}
+            error = error if isinstance(error, dict) else {"message": str(error)}
+            message = str(error.get("message", detail))[:300]
+            code = error.get("code")
+        except ValueError:
+            message, code = detail, None
+        unknown_model = code == "model_not_found" or (
+            response.status_code in (400, 404) and "does not exist" in message
+        )
+        if unknown_model:
             served = self.served_models()
             return EngineError(
                 f"{self.base} does not serve a model named {self.model!r} (HTTP "
-                f"{response.status_code}: {detail}). Served: {served}. Set the model name (or "
+                f"{response.status_code}: {message}). Served: {served}. Set the model name (or "
                 "the adapter name) to one of them."
             )
-        return EngineError(f"{self.base} answered HTTP {response.status_code}: {detail}")
+        return EngineError(f"{self.base} answered HTTP {response.status_code}: {message}")
 
     def served_models(self) -> list[str]:
         """The model and adapter names the server lists at /v1/models ([] if it lists none)."""

@@ -31,7 +31,7 @@ import math
 import re
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -304,6 +304,10 @@ def eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[i
     return {i for i in ids if i is not None}
 
 
+# on_token(prompt index, token id, log-prob, top alternatives) -> end this answer here
+TokenCallback = Callable[[int, int, float, list[tuple[int, float]]], bool]
+
+
 @dataclass(frozen=True)
 class Generation:
     """One sampled answer."""
@@ -312,7 +316,9 @@ class Generation:
     prompt_token_ids: list[int]
     token_ids: list[int]  # response tokens as sampled, EOS included when it stopped
     logprobs: list[float]  # the sampler's log-prob of each response token (temperature-scaled)
-    finish_reason: str  # "stop" (EOS) or "length" (max_new_tokens)
+    finish_reason: str  # "stop" (EOS, or ended by `on_token`) or "length" (max_new_tokens)
+    # With `top_logprobs=k`: the k likeliest (token id, log-prob) pairs at each response position.
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
 
 
 @torch.no_grad()
@@ -326,11 +332,20 @@ def generate(
     temperature: float,
     batch_size: int = 8,
     on_batch: Callable[[int], None] | None = None,
+    on_token: TokenCallback | None = None,
+    top_logprobs: int = 0,
+    ignore_eos: bool = False,
 ) -> list[Generation]:
     """Sample one answer per prompt, each from its own seeded generator.
 
     Prompts are bucketed by length into batches of `batch_size`. temperature 0 decodes greedily.
     `on_batch(n)` is called after each batch with its size (progress bars).
+    `on_token(i, token_id, logprob, top)` is called with each sampled token of prompt i that does
+    not end the answer (streaming, stop strings; `top` is [] unless `top_logprobs`); True ends
+    prompt i's answer after that token (finish_reason "stop"). What it raises propagates.
+    `top_logprobs=k` also keeps the k likeliest tokens at each position
+    (`Generation.top_logprobs`). `ignore_eos` decodes `max_new_tokens` whatever is sampled
+    (benchmarks, as vLLM's option of that name).
     """
     if len(prompts) != len(seeds):
         raise ValueError(f"got {len(prompts)} prompts but {len(seeds)} seeds")
@@ -339,7 +354,7 @@ def generate(
     encoded = [encode_chat(tokenizer, p) for p in prompts]
     # Identical prompts end up side by side, so a batch prefills each of them once.
     order = sorted(range(len(encoded)), key=lambda i: (len(encoded[i]), encoded[i]))
-    stop = eos_ids(model, tokenizer)
+    stop = set() if ignore_eos else eos_ids(model, tokenizer)
     results: list[Generation | None] = [None] * len(encoded)
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
@@ -351,20 +366,28 @@ def generate(
             temperature=temperature,
             stop=stop,
             pad_id=tokenizer.pad_token_id,
+            on_token=None if on_token is None else _in_chunk(on_token, chunk),
+            top_logprobs=top_logprobs,
         )
-        for i, (tokens, logprobs, finished) in zip(chunk, outs, strict=True):
-            text_ids = tokens[:-1] if finished else tokens
+        for i, (tokens, logprobs, tops, ended) in zip(chunk, outs, strict=True):
+            text_ids = tokens[:-1] if ended == "eos" else tokens
             results[i] = Generation(
                 text=str(tokenizer.decode(text_ids, skip_special_tokens=True)),
                 prompt_token_ids=encoded[i],
                 token_ids=tokens,
                 logprobs=logprobs,
-                finish_reason="stop" if finished else "length",
+                finish_reason="length" if ended == "length" else "stop",
+                top_logprobs=tops,
             )
         if on_batch is not None:
             on_batch(len(chunk))
     model.train(was_training)
     return [r for r in results if r is not None]
+
+
+def _in_chunk(on_token: TokenCallback, chunk: list[int]) -> TokenCallback:
+    """`on_token` called with the prompt's index in `generate`'s input, not in the batch."""
+    return lambda row, token, logprob, top: on_token(chunk[row], token, logprob, top)
 
 
 def _decode_batch(
@@ -376,7 +399,12 @@ def _decode_batch(
     temperature: float,
     stop: set[int],
     pad_id: int,
-) -> list[tuple[list[int], list[float], bool]]:
+    on_token: TokenCallback | None = None,
+    top_logprobs: int = 0,
+) -> list[tuple[list[int], list[float], list[list[tuple[int, float]]], str]]:
+    """Each row's tokens, their log-probs, the top-k alternatives (top_logprobs > 0) and why it
+    ended: "eos" (an end token, the last of its tokens), "stop" (`on_token` said so) or
+    "length"."""
     device = next(model.parameters()).device
     batch = len(prompt_ids)
     # Prefill each distinct prompt once (e.g. the m votes on one step), then copy its KV cache.
@@ -406,6 +434,8 @@ def _decode_batch(
     attention, positions = attention[index], positions[index]  # (B, L)
     tokens: list[list[int]] = [[] for _ in range(batch)]
     logprobs: list[list[float]] = [[] for _ in range(batch)]
+    tops: list[list[list[tuple[int, float]]]] = [[] for _ in range(batch)]
+    ended = ["length"] * batch
     finished = [False] * batch
     for _ in range(max_new_tokens):
         logits = out.logits[:, -1, :].float()  # (B, V)
@@ -417,13 +447,22 @@ def _decode_batch(
             ]
         else:
             nxt = logp.argmax(dim=-1).tolist()
+        if top_logprobs > 0:
+            top_lp, top_ids = logp.topk(top_logprobs, dim=-1)  # (B, k)
         for i in range(batch):
             if finished[i]:
                 nxt[i] = pad_id
                 continue
             tokens[i].append(nxt[i])
             logprobs[i].append(float(logp[i, nxt[i]]))
-            finished[i] = nxt[i] in stop
+            if top_logprobs > 0:
+                tops[i].append(list(zip(top_ids[i].tolist(), top_lp[i].tolist(), strict=True)))
+            if nxt[i] in stop:
+                finished[i], ended[i] = True, "eos"
+            elif on_token is not None and on_token(
+                i, nxt[i], logprobs[i][-1], tops[i][-1] if top_logprobs > 0 else []
+            ):
+                finished[i], ended[i] = True, "stop"
         if all(finished):
             break
         attention = torch.cat([attention, attention.new_ones((batch, 1))], dim=1)  # (B, L+t)
@@ -435,7 +474,7 @@ def _decode_batch(
             past_key_values=out.past_key_values,
             use_cache=True,
         )
-    return list(zip(tokens, logprobs, finished, strict=True))
+    return list(zip(tokens, logprobs, tops, ended, strict=True))
 
 
 def response_logprobs(

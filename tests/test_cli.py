@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.cli import main
+from flows.cli import main, prefect_ui_hint
 
 
 def test_bad_config_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -53,3 +53,21 @@ def test_a_failing_run_prints_one_error_line_and_keeps_the_traceback_in_a_log(
     assert found is not None
     log = Path(found.group(1)).read_text()
     assert log.count("Traceback (most recent call last)") >= 2 and "boom" in log
+
+
+def test_the_prefect_ui_hint_names_the_server_the_user_will_open() -> None:
+    from prefect.settings import (
+        PREFECT_API_URL,
+        PREFECT_SERVER_API_HOST,
+        PREFECT_SERVER_API_PORT,
+        temporary_settings,
+    )
+
+    local = {PREFECT_SERVER_API_HOST: "0.0.0.0", PREFECT_SERVER_API_PORT: 4321}
+    with temporary_settings(updates=local, restore_defaults={PREFECT_API_URL}):
+        assert (
+            prefect_ui_hint("abc")
+            == "prefect server start  → http://0.0.0.0:4321/runs/flow-run/abc"
+        )
+    with temporary_settings(updates={PREFECT_API_URL: "http://10.0.0.5:4300/api"}):
+        assert prefect_ui_hint("abc") == "http://10.0.0.5:4300/runs/flow-run/abc"
