@@ -16,6 +16,7 @@ from prefect.logging import get_run_logger
 from prefect.runtime import task_run
 from prefect.states import Completed, State
 from prefect.utilities.annotations import quote
+from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rlanything_core import failpoints
@@ -140,14 +141,32 @@ def _run_name(stage: str) -> str:
 
 
 @contextlib.contextmanager
-def progress(description: str, total: int) -> Iterator[Callable[[int], None]]:
-    """A rich progress bar; yields `advance(n)`."""
+def progress(
+    description: str, total: int, *, every_s: float = 60.0
+) -> Iterator[Callable[[int], None]]:
+    """A rich progress bar on a terminal; yields `advance(n)`. Where output goes to a file (a
+    background run's log), a rich bar draws only when it ends, so a plain line is printed at
+    most every `every_s` seconds and at the end instead."""
     columns = (
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
     )
-    with Progress(*columns, transient=False) as bar:
-        handle = bar.add_task(description, total=total)
-        yield lambda n: bar.advance(handle, n)
+    if Console().is_terminal:
+        with Progress(*columns, transient=False) as bar:
+            handle = bar.add_task(description, total=total)
+            yield lambda n: bar.advance(handle, n)
+        return
+    start = last = time.monotonic()
+    done = 0
+
+    def advance(n: int) -> None:
+        nonlocal done, last
+        done += n
+        now = time.monotonic()
+        if now - last >= every_s or done >= total:
+            last = now
+            print(f"{description}: {done}/{total} in {now - start:.0f} s", flush=True)
+
+    yield advance

@@ -27,6 +27,7 @@ from rlanything_core.feedback import EPS
 from rlanything_core.pool import batch_positions, initial_pool, next_pool, round_batch
 from rlanything_core.rundir import RunDir
 from rlanything_core.schemas import SCHEMAS, read_dataset, rows_frame, to_table, write_dataset
+from tasks.common import progress as progress_bar
 from tasks.stages import advantage_computation
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -349,3 +350,19 @@ def test_round_batch_takes_the_pool_rows_with_their_current_versions() -> None:
     assert played == {(row.task_id, row.task_version) for row in pool.itertuples()}
     with pytest.raises(ValidationError, match=r"tasks_per_round \(7\) exceeds"):
         EnvironmentConfig(num_tasks=6, tasks_per_round=7)
+
+
+def test_progress_prints_plain_lines_where_output_is_not_a_terminal(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A background run's log shows how far a long stage is, not only its end."""
+    with progress_bar("warm start policy", total=3, every_s=0.0) as advance:
+        advance(1)
+        advance(2)
+    assert (
+        capsys.readouterr().out == "warm start policy: 1/3 in 0 s\nwarm start policy: 3/3 in 0 s\n"
+    )
+    with progress_bar("rollout", total=4, every_s=3600.0) as advance:
+        for _ in range(4):
+            advance(1)
+    assert capsys.readouterr().out == "rollout: 4/4 in 0 s\n"
