@@ -34,11 +34,20 @@ import mlflow
 import numpy as np
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
-from mlflow.entities import LoggedModelOutput, LoggedModelStatus, Metric, Param, RunStatus
+from mlflow.entities import (
+    DatasetInput,
+    InputTag,
+    LoggedModelOutput,
+    LoggedModelStatus,
+    Metric,
+    Param,
+    RunStatus,
+)
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
-from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
+from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT, MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 
+from rlanything_core import failpoints
 from rlanything_core.atomic import atomic_path
 from rlanything_core.config import RunConfig
 from rlanything_core.default_model import data_root
@@ -229,18 +238,25 @@ class Tracker:
         stamp = int(pd.Timestamp.now().timestamp() * 1000)
         points = [Metric(k, float(v), stamp, 0) for k, v in sorted(record["metrics"].items())]
         self.client.log_batch(self.parent_id, metrics=points)
-        with mlflow.start_run(run_id=self.parent_id):
-            for key, path in sorted(record["outputs"].items()):
-                if key.endswith("_sft"):
-                    self._log_input(Path(path), "sft_samples", key, context="warm_start")
+        for key, path in sorted(record["outputs"].items()):
+            if key.endswith("_sft"):
+                self._log_input(self.parent_id, Path(path), "sft_samples", key, "warm_start")
         self.run.save_state({**state, "warm_start_logged": True})
 
     def _log_input(
-        self, path: Path, dataset: str, name: str, context: str, tags: dict[str, str] | None = None
+        self,
+        run_id: str,
+        path: Path,
+        dataset: str,
+        name: str,
+        context: str,
+        tags: dict[str, str] | None = None,
     ) -> None:
-        """Log a Parquet file as an MLflow dataset of the active run, its source path and its
+        """Log a Parquet file as an MLflow dataset input of `run_id`, its source path and its
         sha256: the digest field holds the first 16 hex digits (MLflow's column is short), the
-        tag `sha256` the whole."""
+        tag `sha256` the whole. Through the client, not `mlflow.start_run(run_id=…)`: leaving
+        that context ends the run (FINISHED), so a process killed later would leave a half-logged
+        round marked finished, and the parent run finished while it trains."""
         full = sha256_file(path)
         frame = read_dataset(path, dataset)
         frame = frame[[c for c in frame.columns if not c.endswith(("_ids", "logprobs"))]]
@@ -250,8 +266,10 @@ class Tracker:
             # hold NaN (the schema inferred in log_input).
             warnings.filterwarnings("ignore", "The specified dataset source can be interpreted")
             warnings.filterwarnings("ignore", "Hint: Inferred schema contains integer column")
-            dataset = mlflow.data.from_pandas(frame, source=str(path), name=name, digest=full[:16])
-            mlflow.log_input(dataset, context=context, tags={"sha256": full, **(tags or {})})
+            data = mlflow.data.from_pandas(frame, source=str(path), name=name, digest=full[:16])
+        labels = {"sha256": full, **(tags or {}), MLFLOW_DATASET_CONTEXT: context}
+        entry = DatasetInput(data._to_mlflow_entity(), [InputTag(k, v) for k, v in labels.items()])
+        self.client.log_inputs(run_id, datasets=[entry])
 
     def _round_run(self, round_idx: int, started: float | None) -> tuple[str, bool]:
         """(run id, already finished) of the round's nested run, creating it when missing, with
@@ -298,13 +316,14 @@ class Tracker:
             logged = self.client.get_metric_history(self.parent_id, batch[0].key)
             if not any(m.step == round_idx for m in logged):
                 self.client.log_batch(self.parent_id, metrics=batch)
-        with mlflow.start_run(run_id=child_id):
-            self._log_round_datasets(round_idx)
+        failpoints.reached(f"{round_idx}/mlflow-metrics", f"the metrics of round {round_idx}")
+        self._log_round_datasets(child_id, round_idx)
         for role in ROLES:
             ckpt = self.run.checkpoint(role, round_idx)
             if ckpt.is_dir():
                 self.client.set_tag(child_id, f"checkpoint.{role}", str(ckpt))
                 self._register_checkpoint(child_id, role, round_idx, ckpt)
+                failpoints.reached(f"{round_idx}/mlflow-checkpoint", f"the {role} checkpoint")
         self.client.set_terminated(child_id, "FINISHED", end_time=int(time.time() * 1000))
 
     def _versions(self, role: str, round_idx: int | None = None) -> list[Any]:
@@ -383,21 +402,24 @@ class Tracker:
             top = max(scored, key=lambda v: (float(v.tags["heldout.score"]), int(v.version)))
             self.client.set_registered_model_alias(name, BEST_ALIAS, top.version)
 
-    def _log_round_datasets(self, round_idx: int) -> None:
+    def _log_round_datasets(self, child_id: str, round_idx: int) -> None:
         """Every Parquet dataset of the round, with its role in the round (MLflow has dataset
         inputs only, so the role is the context: "input" for the round's task pool, "output"
         for what its stages wrote, the next round's pool included) and the stage that wrote it."""
         suffix = f"round_{round_idx:03d}"
         pool = self.run.dataset(round_idx, "tasks")
-        self._log_input(pool, "tasks", f"tasks_{suffix}", "input")
+        self._log_input(child_id, pool, "tasks", f"tasks_{suffix}", "input")
+        failpoints.reached(f"{round_idx}/mlflow-dataset", f"the dataset tasks_{suffix}")
         for name, stage in ROUND_OUTPUTS:
             path = self.run.dataset(round_idx, name)
             if path.is_file():
-                self._log_input(path, name, f"{name}_{suffix}", "output", {"stage": stage})
+                tags = {"stage": stage}
+                self._log_input(child_id, path, name, f"{name}_{suffix}", "output", tags)
         following = self.run.dataset(round_idx + 1, "tasks")
         if following.is_file():
             name = f"tasks_round_{round_idx + 1:03d}"
-            self._log_input(following, "tasks", name, "output", {"stage": "acceptance-check"})
+            tags = {"stage": "acceptance-check"}
+            self._log_input(child_id, following, "tasks", name, "output", tags)
 
     def log_plots(self, rounds: list[dict[str, float]]) -> list[Path]:
         """PNG plots of accuracy and accepted tasks per round, saved in the run dir and logged."""
@@ -423,10 +445,11 @@ class Tracker:
             ax.grid(alpha=0.3)
             fig.tight_layout()
             path = self.run.root / "plots" / file
-            path.parent.mkdir(exist_ok=True)
-            fig.savefig(path, dpi=100)
+            with atomic_path(path) as tmp:
+                fig.savefig(tmp, dpi=100, format="png")
             plt.close(fig)
             self.client.log_artifact(self.parent_id, str(path), "plots")
+            failpoints.reached(f"{int(frame['round'].max())}/mlflow-artifact", f"plots/{file}")
             out.append(path)
         return out
 
@@ -489,8 +512,8 @@ class Tracker:
         points = [Metric(k, float(v), stamp, cycle) for k, v in sorted(metrics.items())]
         for run_id in (self.parent_id, rloop_id):
             self.client.log_batch(run_id, metrics=points)
-        with mlflow.start_run(run_id=self.parent_id):
-            self._log_input(expert_set, "expert_set", f"expert_set_cycle_{cycle:03d}", "sft")
+        name = f"expert_set_cycle_{cycle:03d}"
+        self._log_input(self.parent_id, expert_set, "expert_set", name, "sft")
         alias = f"cycle-{cycle}"
         self.client.set_tag(self.parent_id, "rloop.alias", alias)
         self.client.set_tag(self.parent_id, "checkpoint.refined_policy", str(refined))

@@ -180,6 +180,8 @@ def train_rounds(config: RunConfig, run: RunDir, tracker: Tracker) -> dict[str, 
         get_run_logger().info("marked %d flow/task run(s) of a killed process Crashed", marked)
     summary.setdefault("prefect_flow_run_ids", []).append(flow_run.get_id())
     learning_curve(config, run, tracker, summary)
+    if summary["rounds"]:  # a process killed while it logged them leaves them partly logged
+        tracker.log_plots(summary["rounds"])
     for r in range(len(summary["rounds"]), config.rounds):
         started = time.time()
         metrics = rlanything_round(config=config, run_dir=str(run.root), round_idx=r)

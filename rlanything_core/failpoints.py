@@ -2,9 +2,12 @@
 
 With RLANYTHING_FAILPOINT="<round>/<stage>" (e.g. "1/policy-update"), the process stops in the
 middle of that stage: right after the stage's first output file (a dataset or a checkpoint) is
-in place, before the rest of its outputs and its marker. It writes its pid to the file named by
-RLANYTHING_FAILPOINT_READY and waits there for the suite to kill it with SIGKILL (after
-`timeout_s` it kills itself). Unset, the hooks below do nothing.
+in place, before the rest of its outputs and its marker. "-1/warm-start/<role>" stops the warm
+start once that role's checkpoint is written; "<round>/acceptance-check/next-pool" once the next
+round's task pool is written; "<round>/mlflow-<what>" stops while a round is
+logged to MLflow (`reached`: metrics, dataset, checkpoint, artifact). It writes its pid to the
+file named by RLANYTHING_FAILPOINT_READY and waits there for the suite to kill it with SIGKILL
+(after `timeout_s` it kills itself). Unset, the hooks below do nothing.
 """
 
 from __future__ import annotations
@@ -33,15 +36,38 @@ def in_stage(round_idx: int, stage: str) -> Iterator[None]:
         _stage.reset(token)
 
 
+@contextlib.contextmanager
+def part(name: str) -> Iterator[None]:
+    """Mark one part of the current stage ("-1/warm-start" → "-1/warm-start/reward_model"), so
+    that a fail point can stop the process in that part rather than the stage's first."""
+    token = _stage.set(f"{_stage.get()}/{name}")
+    try:
+        yield
+    finally:
+        _stage.reset(token)
+
+
 def after_write(path: Path, timeout_s: float = 600.0) -> None:
     """Called by the atomic writers once `path` is in place: stop here if this is the armed
-    stage."""
+    stage (or part of a stage)."""
     armed = os.environ.get(FAILPOINT_ENV)
-    if not armed or _stage.get() != armed:
-        return
+    if armed and _stage.get() == armed:
+        _hold(str(path), timeout_s)
+
+
+def reached(point: str, what: str, timeout_s: float = 600.0) -> None:
+    """Called where work that is not a file write can be interrupted, e.g. "1/mlflow-metrics"
+    once a round's metrics are logged to MLflow: stop here if `point` is armed. `what` says
+    what was done just before (for the suite's report)."""
+    if os.environ.get(FAILPOINT_ENV) == point:
+        _hold(what, timeout_s)
+
+
+def _hold(what: str, timeout_s: float) -> None:
+    """Tell the suite where the process stopped, wait for its SIGKILL, else kill itself."""
     ready = os.environ.get(READY_ENV)
     if ready:
-        Path(ready).write_text(f"{os.getpid()} {path}\n")
+        Path(ready).write_text(f"{os.getpid()} {what}\n")
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         time.sleep(0.2)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from rlanything_core import failpoints
 from rlanything_core.adaptation import accept_candidate, adaptation_direction
 from rlanything_core.config import RunConfig
 from rlanything_core.engines import open_engine
@@ -140,7 +141,8 @@ def acceptance_check(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, M
     outputs = {"acceptance": write_rows(rows, run, r, "acceptance")}
     acceptance = read_dataset(outputs["acceptance"], "acceptance")
     nxt = next_pool(pool, candidates, acceptance, r + 1)
-    outputs["next_tasks"] = write_rows(nxt, run, r + 1, "tasks")
+    with failpoints.part("next-pool"):  # the fault suite stops here, the next pool in place
+        outputs["next_tasks"] = write_rows(nxt, run, r + 1, "tasks")
     metrics = {
         "env/accepted_tasks": float(acceptance["accepted"].sum()),
         "env/pool_size": float(len(nxt)),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from rlanything_core import failpoints
 from rlanything_core.config import RunConfig, WarmStartConfig
 from rlanything_core.demos import Demo
 from rlanything_core.environment import WarmStart
@@ -46,7 +47,7 @@ def warm_start(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics
         demos = warm_start_demos(config, role, ws)
         out = run.warm_start_checkpoint(role)
         steps = ws.epochs * math.ceil(len(demos) / ws.micro_batch_size)
-        with progress(f"warm start {role}", total=steps) as advance:
+        with progress(f"warm start {role}", total=steps) as advance, failpoints.part(role):
             m, pairs = sft_finetune(
                 model.source,
                 out,

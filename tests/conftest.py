@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from rlanything_core.models import resolve_source
+from rlanything_core.services import Service, free_port, serve_command
 
 GOLDEN = Path(__file__).resolve().parents[1].parent / "shared" / "golden" / "method_vectors.json"
 LOCAL_GOLDEN = Path(__file__).resolve().parent / "data" / "method_vectors.json"
@@ -25,3 +29,20 @@ def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["RLANYTHING_CACHE"] = str(tmp_path_factory.mktemp("rlanything-cache"))
     # MLflow artifacts of local stores go to the user's data directory: a temporary one here
     os.environ["RLANYTHING_DATA"] = str(tmp_path_factory.mktemp("rlanything-data"))
+
+
+@pytest.fixture(scope="module")
+def base() -> str:
+    """The tiny judge that `served` serves (tests/test_engines.py, tests/test_serve.py)."""
+    return resolve_source("tiny-judge:0")
+
+
+@pytest.fixture(scope="module")
+def served(base: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    """`rlanything serve` of `base` as model "judge", a real server process on loopback."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    with Service(
+        serve_command(base, port, name="judge", device="cpu"), port=port, log_path=log
+    ) as s:
+        yield s

@@ -3,7 +3,6 @@ against it (same answers as the in-process engine, adapter loading and reloading
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,9 +10,9 @@ import torch
 from peft import LoraConfig, get_peft_model
 
 from rlanything_core.engines import EngineError, HFEngine, OpenAIEngine
-from rlanything_core.models import load_model, resolve_source
+from rlanything_core.models import load_model
 from rlanything_core.prompts import Messages, judge_messages
-from rlanything_core.services import Service, ServiceError, free_port, serve_command
+from rlanything_core.services import Service, ServiceError, free_port
 
 PROMPTS: list[Messages] = [
     judge_messages("put a mug in cabinet", [], f"You see {i} things.", "I go.", "look", "Ok.")
@@ -21,21 +20,6 @@ PROMPTS: list[Messages] = [
 ]
 SEEDS = list(range(100, 110))
 SAMPLE = {"max_new_tokens": 12, "temperature": 1.0, "batch_size": 4}
-
-
-@pytest.fixture(scope="module")
-def base() -> str:
-    return resolve_source("tiny-judge:0")
-
-
-@pytest.fixture(scope="module")
-def served(base: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    port = free_port()
-    log = tmp_path_factory.mktemp("serve") / "serve.log"
-    with Service(
-        serve_command(base, port, name="judge", device="cpu"), port=port, log_path=log
-    ) as s:
-        yield s
 
 
 def _adapter(base: str, out: Path, seed: int) -> Path:

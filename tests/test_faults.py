@@ -1,10 +1,12 @@
 """Fault injection: what survives a SIGKILL in each stage, corrupted files, a full disk, and two
 runs side by side.
 
-The training runs here are real `rlanything` processes on configs/tiny.yaml (two rounds), talking
+The training runs here are real `rlanything` processes on tests/data/faults.yaml (configs/tiny.yaml,
+two rounds, with a warm start of each model), talking
 to a Prefect server and an MLflow SQLite store that this module starts and stops. A fail point
 (rlanything_core/failpoints.py) holds the process in the middle of a stage, right after the
-stage's first output file is in place; the suite then kills its whole process group with SIGKILL.
+stage's first output file is in place, or while a round is logged to MLflow; the suite then kills
+its whole process group with SIGKILL.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
@@ -32,12 +35,22 @@ import tasks.stages
 from rlanything_core.config import load_config
 from rlanything_core.models import OPTIMIZER_STATE, load_model, resolve_source, save_checkpoint
 from rlanything_core.rundir import RunDir, RunDirError
+from rlanything_core.schemas import read_dataset
 from rlanything_core.services import Service, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG = ROOT / "configs" / "tiny.yaml"
+CONFIG = ROOT / "tests" / "data" / "faults.yaml"  # configs/tiny.yaml with three warm starts
 STAGES = [t.name for t in tasks.stages.STAGES]
-KILLED_ROUND = 1  # round 0 is finished and logged to MLflow before the first kill
+MLFLOW_POINTS = ["mlflow-metrics", "mlflow-dataset", "mlflow-checkpoint", "mlflow-artifact"]
+# Where the chain kills, in the order a run gets there: each warm start once its checkpoint is
+# written, every stage of both rounds once its first output is, and round 0's MLflow logging
+# after its metrics, its first dataset input, its first checkpoint upload and its first plot.
+KILL_POINTS = [
+    *(f"-1/warm-start/{role}" for role in ("policy", "reward_model", "env_model")),
+    *(f"0/{stage}" for stage in STAGES),
+    *(f"0/{point}" for point in MLFLOW_POINTS),
+    *(f"1/{stage}" for stage in STAGES),
+]
 
 
 @pytest.fixture(scope="module")
@@ -185,9 +198,35 @@ def _mlflow_view(env: dict[str, str], run: RunDir) -> dict[str, Any]:
     children = client.search_runs(
         [experiment], filter_string=f"tags.`mlflow.parentRunId` = '{parent}'"
     )
+    versions = [
+        (v.tags["rlanything.role"], v.tags["rlanything.round"], v.run_id)
+        for model in client.search_registered_models()
+        for v in client.search_model_versions(f"name = '{model.name}'")
+        if v.tags.get("rlanything.parent_run_id") == parent
+    ]
+    finished = {c.info.run_id for c in children if c.info.status == "FINISHED"}
     return {
         "points": points,
-        "rounds": sorted((c.data.tags["rlanything.round"], c.info.status) for c in children),
+        "status": client.get_run(parent).info.status,
+        "rounds": sorted(
+            (c.data.tags["rlanything.round"], c.info.status)
+            for c in children
+            if c.info.run_id in finished
+        ),
+        "killed_unmarked": [
+            c.info.run_id
+            for c in children
+            if c.info.run_id not in finished
+            and (c.info.status != "KILLED" or "rlanything.superseded_by" not in c.data.tags)
+        ],
+        "killed": sum(c.info.status == "KILLED" for c in children),
+        # (role, round) of every registered checkpoint version, each from a finished round run
+        "versions": sorted((role, r) for role, r, _ in versions),
+        "versions_from_unfinished_runs": [v for v in versions if v[2] not in finished],
+        "plots": {
+            a.path: Path(client.download_artifacts(parent, a.path)).read_bytes()
+            for a in client.list_artifacts(parent, "plots")
+        },
     }
 
 
@@ -208,7 +247,7 @@ def test_two_runs_in_different_directories_do_not_interfere(
     and the model cache, each wrote its own files, byte for byte the same, and its own runs."""
     other = RunDir(reference.root.parent / "b")
     assert _files(reference, "*.parquet") == _files(other, "*.parquet")
-    assert len(_files(reference, "*.parquet")) == 19
+    assert len(_files(reference, "*.parquet")) == 22  # 19 of two rounds, 3 of the warm starts
     assert _same_weights(_checkpoints(reference), _checkpoints(other))
     a, b = _mlflow_view(services, reference), _mlflow_view(services, other)
     assert a["rounds"] == b["rounds"] == [("0", "FINISHED"), ("1", "FINISHED")]
@@ -217,31 +256,38 @@ def test_two_runs_in_different_directories_do_not_interfere(
     assert len(ids) == 2
 
 
-def test_sigkill_in_each_stage_then_resume_matches_the_uninterrupted_run(
+def test_sigkill_at_every_kill_point_then_resume_matches_the_uninterrupted_run(
     reference: RunDir, services: dict[str, str], tmp_path: Path
 ) -> None:
-    """Kill the training process mid-stage in each of the seven stages of round 1 in turn (each
-    `rlanything resume` is killed in the next stage), then resume to the end: every Parquet file
-    is byte-identical to the uninterrupted run's, as are the checkpoints' weights, the accepted
-    counts and the MLflow metrics, none of them logged twice."""
+    """Kill the training process at each point of KILL_POINTS in turn (each `rlanything resume`
+    is killed at the next one): in each warm start, in each of the seven stages of rounds 0 and
+    1, and while round 0 is logged to MLflow. Then resume to the end: every Parquet file is
+    byte-identical to the uninterrupted run's, as are the checkpoints' weights and AdamW states,
+    the accepted counts, the MLflow metrics (none logged twice or missing), the registered
+    checkpoint versions (one per role and round) and the plots; every round has one finished
+    MLflow run, and the attempts the kills interrupted are marked KILLED."""
     run = RunDir(tmp_path / "run")
     log = tmp_path / "train.log"
     report = []
-    for i, stage in enumerate(STAGES):
+    for i, point in enumerate(KILL_POINTS):
         args = (
             ["train", "--config", str(CONFIG), "--run-dir", str(run.root)]
             if i == 0
             else ["resume", "--run-dir", str(run.root)]
         )
         start = time.monotonic()
-        written = _kill_in(services, args, log, f"{KILLED_ROUND}/{stage}")
-        assert run.finished(KILLED_ROUND, stage) is None  # killed before its marker
-        for before in STAGES[:i]:  # what earlier kills interrupted was redone by the resume
-            assert run.finished(KILLED_ROUND, before) is not None, (stage, before)
+        written = _kill_in(services, args, log, point)
+        round_idx, stage = point.split("/")[:2]
+        if not stage.startswith("mlflow-"):
+            assert run.finished(int(round_idx), stage) is None  # killed before its marker
+        for before in KILL_POINTS[:i]:  # what earlier kills interrupted was redone
+            r, earlier = before.split("/")[:2]
+            if not earlier.startswith("mlflow-") and (r, earlier) != (round_idx, stage):
+                assert run.finished(int(r), earlier) is not None, (point, before)
         report.append(
             {
-                "stage": stage,
-                "killed_after_writing": run.label(written),
+                "point": point,
+                "killed_after": run.label(written) if "/" in written else written,
                 "seconds": round(time.monotonic() - start, 1),
             }
         )
@@ -252,7 +298,7 @@ def test_sigkill_in_each_stage_then_resume_matches_the_uninterrupted_run(
     assert sum(c.endswith(OPTIMIZER_STATE) for c in checkpoints) == 4  # 2 roles × 2 rounds
     assert _same_weights(checkpoints, _checkpoints(reference))  # weights and AdamW states
     for role in ("policy", "reward_model"):
-        load_model(str(run.checkpoint(role, KILLED_ROUND)), device="cpu")
+        load_model(str(run.checkpoint(role, 1)), device="cpu")
     summary, expected = (json.loads(r.summary_path.read_text()) for r in (run, reference))
     assert [r["env/accepted_tasks"] for r in summary["rounds"]] == [
         r["env/accepted_tasks"] for r in expected["rounds"]
@@ -261,17 +307,93 @@ def test_sigkill_in_each_stage_then_resume_matches_the_uninterrupted_run(
     # summary.json is written when a round ends: the killed flow runs never got to add theirs.
     assert summary["prefect_flow_run_ids"][-1] != summary["prefect_flow_run_ids"][0]
     mine, theirs = _mlflow_view(services, run), _mlflow_view(services, reference)
+    assert mine["status"] == theirs["status"] == "FINISHED"
     assert mine["rounds"] == [("0", "FINISHED"), ("1", "FINISHED")]
+    # Killed while logging its metrics, a dataset or a checkpoint, round 0's run was left
+    # RUNNING and is marked KILLED; killed at its plots, it was already finished.
+    assert mine["killed"] == len(MLFLOW_POINTS) - 1 and not mine["killed_unmarked"]
     for key, points in mine["points"].items():
         steps = [s for s, _ in points]
         assert len(steps) == len(set(steps)), f"{key} logged twice: {points}"
     assert _deterministic(mine["points"]) == _deterministic(theirs["points"])
+    assert (
+        mine["versions"]
+        == theirs["versions"]
+        == [(role, r) for role in ("policy", "reward_model") for r in ("0", "1")]
+    )
+    assert not mine["versions_from_unfinished_runs"]
+    assert mine["plots"].keys() == {"plots/accepted_tasks.png", "plots/accuracy.png"}
+    for path, data in mine["plots"].items():  # the last round's plots, not an earlier round's
+        assert data == (run.root / path).read_bytes() == theirs["plots"][path], path
     assert not [p for p in run.root.rglob(".*") if ".tmp-" in p.name or ".old-" in p.name]
-    print("\nSIGKILL per stage of round 1, then resume:")
+    print("\nSIGKILL at each kill point, then resume:")
     for row in report:
-        stage, path, seconds = row["stage"], row["killed_after_writing"], row["seconds"]
-        print(f"  {stage:<22} killed after writing {path:<44} {seconds} s")
+        point, what, seconds = row["point"], row["killed_after"], row["seconds"]
+        print(f"  {point:<28} killed after {what:<48} {seconds} s")
     print("  every Parquet file byte-identical; checkpoints equal and loadable; metrics once each")
+
+
+CORRIDOR = ROOT / "examples" / "corridor" / "config.yaml"
+# Around accepted rewrites: round 0 once its next pool (with an accepted rewrite) is written,
+# then round 1's task rewriting, its acceptance check once the decisions are written, and once
+# the next pool is.
+REWRITE_KILL_POINTS = [
+    "0/acceptance-check/next-pool",
+    "1/task-rewriting",
+    "1/acceptance-check",
+    "1/acceptance-check/next-pool",
+]
+
+
+def test_sigkill_around_accepted_rewrites_then_resume_matches_the_uninterrupted_run(
+    services: dict[str, str], tmp_path: Path
+) -> None:
+    """The corridor example accepts rewrites in both directions: its tiny environment model is
+    warm-started on valid rewrites and its tiny policy solves some tasks, so acc(q') > 0. Kill its
+    run at each of REWRITE_KILL_POINTS in turn, resume to the end, and compare with an
+    uninterrupted run trained at the same time: the task pools, the acceptance decisions, every
+    other Parquet file, the checkpoints and the accepted-task counts (summary and MLflow) are
+    identical."""
+    config = load_config(CORRIDOR)
+    for model in (config.policy.model, config.reward_model.model, config.env_model.model):
+        resolve_source(model.source)  # built once, before two processes want them
+    reference, run = RunDir(tmp_path / "reference"), RunDir(tmp_path / "run")
+    uninterrupted = _launch(
+        services,
+        ["train", "--config", str(CORRIDOR), "--run-dir", str(reference.root)],
+        tmp_path / "reference.log",
+    )
+    log = tmp_path / "train.log"
+    for i, point in enumerate(REWRITE_KILL_POINTS):
+        args = (
+            ["train", "--config", str(CORRIDOR), "--run-dir", str(run.root)]
+            if i == 0
+            else ["resume", "--run-dir", str(run.root)]
+        )
+        _kill_in(services, args, log, point)
+        round_idx, stage = point.split("/")[:2]
+        assert run.finished(int(round_idx), stage) is None
+    _finish(uninterrupted, tmp_path / "reference.log")
+    _finish(_launch(services, ["resume", "--run-dir", str(run.root)], log), log)
+
+    decisions = pd.concat(
+        read_dataset(reference.dataset(r, "acceptance"), "acceptance") for r in (0, 1)
+    )
+    accepted = decisions[decisions["accepted"]]
+    assert set(accepted["direction"]) == {"harder", "easier"}, decisions
+    assert (accepted["acc_candidate"] > 0).all()
+    assert _files(run, "*.parquet") == _files(reference, "*.parquet")  # pools and decisions too
+    final = read_dataset(run.dataset(2, "tasks"), "tasks")  # both rewrites replaced parents
+    rewritten = final[final["origin"] == "rewritten"]
+    assert sorted(rewritten["direction"]) == ["easier", "harder"]
+    assert set(rewritten["task_id"]) == set(accepted["parent_task_id"])
+    assert _same_weights(_checkpoints(run), _checkpoints(reference))
+    summary, expected = (json.loads(x.summary_path.read_text()) for x in (run, reference))
+    assert summary["accepted_tasks_total"] == expected["accepted_tasks_total"] == len(accepted)
+    mine, theirs = _mlflow_view(services, run), _mlflow_view(services, reference)
+    total = "env/accepted_tasks_total"
+    assert mine["points"][total] == theirs["points"][total] == [(0, 1.0), (1, 2.0)]
+    assert mine["rounds"] == [("0", "FINISHED"), ("1", "FINISHED")]
 
 
 def _corrupt_copy(reference: RunDir, target: Path) -> RunDir:

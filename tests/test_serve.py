@@ -8,7 +8,6 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,27 +16,12 @@ import openai
 import pytest
 
 from rlanything_core.engines import HFEngine
-from rlanything_core.models import load_model, resolve_source
+from rlanything_core.models import load_model
 from rlanything_core.services import Service, free_port, serve_command
 
 pytestmark = pytest.mark.slow
 
 QUESTION = [{"role": "user", "content": "Is the mug in the cabinet? Answer yes or no."}]
-
-
-@pytest.fixture(scope="module")
-def base() -> str:
-    return resolve_source("tiny-judge:0")
-
-
-@pytest.fixture(scope="module")
-def served(base: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    port = free_port()
-    log = tmp_path_factory.mktemp("serve") / "serve.log"
-    with Service(
-        serve_command(base, port, name="judge", device="cpu"), port=port, log_path=log
-    ) as s:
-        yield s
 
 
 def _v1(service: Service) -> str:
