@@ -6,12 +6,15 @@ import contextlib
 import json
 import os
 import platform
+import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import torch
 
 from rlanything_core.config import RunConfig, load_config
@@ -77,3 +80,43 @@ def save(out: str | Path, result: dict[str, Any]) -> None:
     write_json(Path(out), record)
     print(json.dumps(record, indent=2))
     print(f"wrote {out}")
+
+
+def git_commit() -> str:
+    """The repository's HEAD, short (the code a result was measured with)."""
+    return subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+
+
+class PeakRss:
+    """Samples the resident memory of a process (default: this one) and its children in a
+    thread: `peak` (bytes) while inside `with`, `now()` at any time."""
+
+    def __init__(self, pid: int | None = None, interval: float = 0.2) -> None:
+        self.process = psutil.Process(pid)
+        self.interval, self._stop = interval, threading.Event()
+        self.peak = 0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def now(self) -> int:
+        total = 0
+        for proc in [self.process, *self.process.children(recursive=True)]:
+            try:
+                total += proc.memory_info().rss
+            except psutil.Error:
+                continue  # the process ended between listing and reading
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.now())
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import REPO, save
+from common import git_commit, save
 
 from rlanything_core.config import load_config
 from rlanything_core.rloop import episodes
@@ -134,9 +134,7 @@ def main() -> None:
     png = run_dir / "plots" / "learning_curve.png"
     if png.is_file():
         shutil.copyfile(png, out.with_suffix(".png"))
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
-    ).stdout.strip()
+    commit = git_commit()
     save(
         out,
         {

@@ -19,16 +19,14 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import psutil
 import pyarrow.parquet as pq
-from common import bench_config, isolated_workdir, save
+from common import PeakRss, bench_config, isolated_workdir, save
 
 import flows.train
 from flows.tracking import Tracker
@@ -78,34 +76,6 @@ def round_seconds(r: int) -> float:
     return TIMES["round_flow"][r] + mlflow_seconds(r)
 
 
-class PeakRss:
-    """Samples the resident memory of this process and its children in a thread."""
-
-    def __init__(self, interval: float = 0.2) -> None:
-        self.interval, self.peak_tree, self._stop = interval, 0, threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        me = psutil.Process()
-        while not self._stop.is_set():
-            total = 0
-            for proc in [me, *me.children(recursive=True)]:
-                try:
-                    total += proc.memory_info().rss
-                except psutil.Error:
-                    continue  # the process ended between listing and reading
-            self.peak_tree = max(self.peak_tree, total)
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> PeakRss:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 def measure(config_path: str, rounds: int) -> dict[str, Any]:
     config = bench_config(config_path, rounds=rounds)
     with isolated_workdir("orchestration") as root, PeakRss() as rss, instrumented():
@@ -153,7 +123,7 @@ def measure(config_path: str, rounds: int) -> dict[str, Any]:
         "total_s": round(total_s, 1),
         "overhead_pct": round(100 * overhead_s / rounds_s, 2),
         "per_round": per_round,
-        "peak_rss_tree_mb": round(rss.peak_tree / 2**20, 1),
+        "peak_rss_tree_mb": round(rss.peak / 2**20, 1),
         # ru_maxrss is in KiB on Linux
         "peak_rss_main_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }

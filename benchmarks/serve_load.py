@@ -35,14 +35,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
-from common import REPO, save
+from common import PeakRss, git_commit, save
 
 from rlanything_core.models import resolve_source
 from rlanything_core.services import Service, free_port, serve_command
@@ -67,28 +65,6 @@ KINDS = (
     ("stream", 200),
 )
 HUGE = "lorem ipsum dolor " * 55_000  # 990 kB
-
-
-class RssSampler(threading.Thread):
-    """Peak resident memory of a process and its children, sampled every `every_s`."""
-
-    def __init__(self, pid: int, every_s: float = 0.05) -> None:
-        super().__init__(daemon=True)
-        self.process = psutil.Process(pid)
-        self.every_s = every_s
-        self.peak = self.now()
-        self.stopped = threading.Event()
-
-    def now(self) -> int:
-        try:
-            procs = [self.process, *self.process.children(recursive=True)]
-            return sum(p.memory_info().rss for p in procs)
-        except psutil.Error:
-            return 0
-
-    def run(self) -> None:
-        while not self.stopped.wait(self.every_s):
-            self.peak = max(self.peak, self.now())
 
 
 async def one(http: httpx.AsyncClient, url: str, kind: str, seed: int) -> dict[str, Any]:
@@ -169,32 +145,28 @@ def main() -> None:
         json={"model": "judge", "messages": QUESTION, "max_tokens": 8, "seed": 0},
         timeout=120,
     ).raise_for_status()
-    sampler = RssSampler(service.process.pid)
+    sampler = PeakRss(service.process.pid, interval=0.05)
     baseline = sampler.now()
-    sampler.start()
     results, after, seconds = [], [], []
     try:
-        for b in range(args.bursts):
-            start = time.perf_counter()
-            results += asyncio.run(burst(url, args.requests, 1000 * (b + 1)))
-            seconds.append(time.perf_counter() - start)
-            time.sleep(0.5)  # let disconnected streams stop decoding
-            after.append(sampler.now())
-            print(f"burst {b + 1}/{args.bursts}: {seconds[-1]:.1f} s, rss {after[-1] >> 20} MB")
-        health = httpx.get(f"{url.removesuffix('/v1')}/health", timeout=30).status_code
-        last = httpx.post(
-            f"{url}/chat/completions",
-            json={"model": "judge", "messages": QUESTION, "max_tokens": 8, "seed": 1},
-            timeout=120,
-        )
-        still_answering = health == 200 and last.status_code == 200
-        counters = dict(
-            line.split()
-            for line in httpx.get(f"{url.removesuffix('/v1')}/metrics", timeout=30).text.split("\n")
-            if line
-        )
+        with sampler:
+            for b in range(args.bursts):
+                start = time.perf_counter()
+                results += asyncio.run(burst(url, args.requests, 1000 * (b + 1)))
+                seconds.append(time.perf_counter() - start)
+                time.sleep(0.5)  # let disconnected streams stop decoding
+                after.append(sampler.now())
+                print(f"burst {b + 1}/{args.bursts}: {seconds[-1]:.1f} s, rss {after[-1] >> 20} MB")
+            health = httpx.get(f"{url.removesuffix('/v1')}/health", timeout=30).status_code
+            last = httpx.post(
+                f"{url}/chat/completions",
+                json={"model": "judge", "messages": QUESTION, "max_tokens": 8, "seed": 1},
+                timeout=120,
+            )
+            still_answering = health == 200 and last.status_code == 200
+            exposed = httpx.get(f"{url.removesuffix('/v1')}/metrics", timeout=30).text
+            counters = dict(line.split() for line in exposed.splitlines())
     finally:
-        sampler.stopped.set()
         stop_start = time.perf_counter()
         os.killpg(service.process.pid, signal.SIGTERM)
         try:
@@ -212,15 +184,12 @@ def main() -> None:
         k["as_expected"] += r["status"] == expected[r["kind"]] and r["problem"] is None
     errors = [r for r in results if r["status"] != expected[r["kind"]] or r["problem"]]
     ok = [r["s"] for r in results if r["status"] == 200 and r["kind"] != "disconnect"]
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
-    ).stdout.strip()
     save(
         args.out,
         {
             "benchmark": "serve-load",
             "command": " ".join([Path(sys.executable).name, *sys.argv]),
-            "commit": commit,
+            "commit": git_commit(),
             "model": args.model,
             "requests_per_burst": args.requests,
             "bursts": args.bursts,

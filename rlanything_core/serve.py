@@ -321,7 +321,8 @@ class ModelServer:
             self._chars_per_token[key] = max((len(t) for t in spelled if t), default=1)
         return self._chars_per_token[key]
 
-    def tokenizer(self, name: str) -> Any:
+    def loaded(self, name: str) -> tuple[Any, Any]:
+        """(model, tokenizer) served as `name`, or a 404 `model_not_found`."""
         with self.lock:
             if name not in self.models:
                 raise ServeError(
@@ -330,7 +331,7 @@ class ModelServer:
                     param="model",
                     code="model_not_found",
                 )
-            return self.models[name][1]
+            return self.models[name]
 
     def submit(self, jobs: list[_Job]) -> None:
         """Queue a request's choices, or refuse them all: full queue or shutting down (503)."""
@@ -383,10 +384,7 @@ class ModelServer:
         self, name: str, max_tokens: int, temperature: float, ignore_eos: bool, jobs: list[_Job]
     ) -> None:
         try:
-            with self.lock:
-                if name not in self.models:
-                    raise ServeError(404, f"The model `{name}` does not exist.", param="model")
-                model, tokenizer = self.models[name]
+            model, tokenizer = self.loaded(name)
 
             def on_token(i: int, token: int, logprob: float, top: list[tuple[int, float]]) -> bool:
                 if self.abort_at is not None and time.monotonic() > self.abort_at:
@@ -551,7 +549,7 @@ def create_app(server: ModelServer) -> FastAPI:
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat(request: ChatRequest) -> dict[str, Any] | StreamingResponse:
-        tokenizer = server.tokenizer(request.model)
+        _, tokenizer = server.loaded(request.model)
         messages = [m.as_template_message() for m in request.messages]
         # A prompt far past the context is refused without tokenizing it: tokenizing a megabyte
         # takes about a second and leaves the allocator hundreds of MB larger each time.
