@@ -17,8 +17,8 @@ from typing import Any
 import psutil
 import torch
 
-from rlanything_core.config import RunConfig, load_config
-from rlanything_core.rundir import write_json
+from rlanything_core.run.config import RunConfig, load_config
+from rlanything_core.run.rundir import write_json
 
 REPO = Path(__file__).resolve().parent.parent
 

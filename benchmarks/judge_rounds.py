@@ -4,7 +4,7 @@
 
 For every round of every run directory given: its steps and episodes, the RM's process accuracy
 and balanced accuracy with 95 % intervals clustered by task, and the process majority baseline
-(`rlanything_core.signals.judge_metrics`, as evaluation computes them on held-out steps). The
+(`rlanything_core.method.signals.judge_metrics`, as evaluation computes them on held-out steps). The
 rounds' own MLflow metrics carry no intervals; this recomputes them from the round's files.
 """
 
@@ -13,10 +13,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rlanything_core.config import load_config
-from rlanything_core.rundir import RunDir
-from rlanything_core.schemas import read_dataset
-from rlanything_core.signals import judge_metrics
+from rlanything_core.base.schemas import read_dataset
+from rlanything_core.method.signals import judge_metrics
+from rlanything_core.run.config import load_config
+from rlanything_core.run.rundir import RunDir
 
 
 def _pct(m: dict[str, float], name: str) -> str:

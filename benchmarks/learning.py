@@ -26,12 +26,12 @@ from typing import Any
 
 from common import git_commit, save
 
-from rlanything_core.config import load_config
-from rlanything_core.rloop import episodes
-from rlanything_core.rundir import RunDir
-from rlanything_core.schemas import read_dataset
-from rlanything_core.signals import task_key
-from rlanything_core.stats import accuracy, as_metrics
+from rlanything_core.base.schemas import read_dataset
+from rlanything_core.method.rloop import episodes
+from rlanything_core.method.signals import task_key
+from rlanything_core.method.stats import accuracy, as_metrics
+from rlanything_core.run.config import load_config
+from rlanything_core.run.rundir import RunDir
 
 ROUND_KEYS = (
     "policy/accuracy",

@@ -30,7 +30,7 @@ from common import PeakRss, bench_config, isolated_workdir, save
 
 import flows.train
 from flows.tracking import Tracker
-from rlanything_core.rundir import RunDir
+from rlanything_core.run.rundir import RunDir
 
 TIMES: defaultdict[str, list[float]] = defaultdict(list)
 

@@ -20,7 +20,7 @@ import numpy as np
 from common import save
 
 from flows.ablate import pooled_intervals
-from rlanything_core.schemas import read_dataset
+from rlanything_core.base.schemas import read_dataset
 
 KEY = "eval/{split}/policy_accuracy"
 

@@ -30,8 +30,8 @@ from flows.ablate import eval_datasets, pooled_intervals, warm_started
 from flows.evaluate import SPLITS, rlanything_eval
 from flows.rloop import rlanything_rloop
 from flows.train import rlanything_train
-from rlanything_core.config import RunConfig
-from rlanything_core.rundir import RunDir
+from rlanything_core.run.config import RunConfig
+from rlanything_core.run.rundir import RunDir
 
 
 def _vanilla(config: RunConfig, work: Path, seed: int) -> list[Path]:

@@ -17,8 +17,8 @@ from typing import Any
 import pandas as pd
 from common import save
 
-from rlanything_core.rundir import RunDir
-from rlanything_core.schemas import read_dataset
+from rlanything_core.base.schemas import read_dataset
+from rlanything_core.run.rundir import RunDir
 
 
 def _votes(path: Path) -> dict[str, int] | None:

@@ -42,8 +42,8 @@ from typing import Any
 import httpx
 from common import PeakRss, git_commit, save
 
-from rlanything_core.models import resolve_source
-from rlanything_core.services import Service, free_port, serve_command
+from rlanything_core.models.loading import resolve_source
+from rlanything_core.models.services import Service, free_port, serve_command
 
 QUESTION = [{"role": "user", "content": "Is the mug in the cabinet? Answer yes or no."}]
 KINDS = (

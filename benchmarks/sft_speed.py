@@ -3,7 +3,7 @@
 The pairs are the config's own policy warm-start pairs (the environment's demonstrations, as
 `rlanything train` builds them); each variant trains a fresh copy of the config's policy model
 for `--steps` micro-batches of `warm_start.micro_batch_size` from the same shuffled order, after
-`--warmup` untimed steps. The generation side times `models.generate` on `--prompts` of those
+`--warmup` untimed steps. The generation side times `modelling.generate` on `--prompts` of those
 prompts at the policy's batch size and `max_new_tokens`. Variants: float32 or "fastest-mixed"
 (bfloat16 autocast where the CPU has it), and random or length-grouped micro-batches.
 
@@ -21,8 +21,10 @@ import numpy as np
 import torch
 from common import bench_config, save
 
-from rlanything_core.models import generate, load_model, make_optimizer, response_logprobs
-from rlanything_core.training import micro_batches, tokenize_demos
+from rlanything_core.models.checkpoints import make_optimizer
+from rlanything_core.models.loading import load_model
+from rlanything_core.models.modelling import generate, response_logprobs
+from rlanything_core.models.sft import micro_batches, tokenize_demos
 from tasks.warm_start import warm_start_demos
 
 DTYPES = ("float32", "fastest-mixed")

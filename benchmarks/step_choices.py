@@ -25,12 +25,12 @@ from pathlib import Path
 import pandas as pd
 
 from flows.evaluate import eval_tasks
-from rlanything_core.config import load_config
-from rlanything_core.demos import TextGame
-from rlanything_core.environment import TaskSpec
-from rlanything_core.envs.household import HouseholdEpisode
-from rlanything_core.envs.text_environment import TextEnvironment
-from rlanything_core.stats import accuracy
+from rlanything_core.envs.demos import TextGame
+from rlanything_core.envs.household.world import HouseholdEpisode
+from rlanything_core.envs.interface import TaskSpec
+from rlanything_core.envs.text import TextEnvironment
+from rlanything_core.method.stats import accuracy
+from rlanything_core.run.config import load_config
 
 
 def step_class(episode: TextGame, expert: str) -> str:

@@ -20,11 +20,13 @@ import pandas as pd
 import torch
 from common import bench_config, save
 
-from rlanything_core.engines import HFEngine
-from rlanything_core.judging import judge
-from rlanything_core.models import eos_ids, load_model
-from rlanything_core.rollout import Sampling, TaskRef, play
-from rlanything_core.schemas import rows_frame
+from rlanything_core.base.schemas import rows_frame
+from rlanything_core.envs.interface import TaskRef
+from rlanything_core.models.engines import HFEngine
+from rlanything_core.models.loading import load_model
+from rlanything_core.models.modelling import eos_ids
+from rlanything_core.run.judging import judge
+from rlanything_core.run.rollout import Sampling, play
 
 # (our seconds, our tokens, generate's seconds, generate's tokens, generations)
 Timing = tuple[float, int, float, int, int]
@@ -65,7 +67,7 @@ def generate_baseline(
 
 
 def same_batches(prompts: Sequence[list[int]], batch_size: int) -> list[list[list[int]]]:
-    """The batches `models.generate` forms: sorted by length, then chunks of batch_size."""
+    """The batches `modelling.generate` forms: sorted by length, then chunks of batch_size."""
     order = sorted(prompts, key=lambda p: (len(p), p))
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 

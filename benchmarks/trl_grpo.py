@@ -32,10 +32,10 @@ from common import bench_config, isolated_workdir, save
 from orchestration import TIMES, instrumented, round_seconds
 
 import flows.train
-from rlanything_core.models import resolve_source
-from rlanything_core.parsing import parse_action_index
-from rlanything_core.rundir import RunDir
-from rlanything_core.schemas import read_dataset
+from rlanything_core.base.schemas import read_dataset
+from rlanything_core.method.parsing import parse_action_index
+from rlanything_core.models.loading import resolve_source
+from rlanything_core.run.rundir import RunDir
 
 
 def ours(config_path: str, rounds: int) -> tuple[dict[str, Any], pd.DataFrame]:

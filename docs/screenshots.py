@@ -27,7 +27,7 @@ import httpx
 import yaml
 from playwright.sync_api import Page, sync_playwright
 
-from rlanything_core.services import Service, free_port
+from rlanything_core.models.services import Service, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -21,7 +21,7 @@ with the base rate. Each cell is the mean ± std over seeds and the 95 % interva
 estimate: every seed's held-out episodes (steps, for the RM process column) together, clustered
 by (task, seed). The held-out tasks are the same for every seed, but each seed's episodes of a
 task form a cluster of their own: pooling them per task would call the seeds' trained models
-one model (`rlanything_core.stats`). So the interval is about these tasks' episodes under the
+one model (`rlanything_core.method.stats`). So the interval is about these tasks' episodes under the
 row's training, seeds included as replications, not about other task sets. "Before" evaluates
 the same models with the same seeds for every seed: its interval is that of one seed's episodes.
 """
@@ -44,11 +44,11 @@ from prefect.task_runners import ProcessPoolTaskRunner
 from flows.evaluate import SPLITS, policy_metrics, reward_model_metrics, rlanything_eval
 from flows.tracking import plot_heldout, plot_rows
 from flows.train import rlanything_train
-from rlanything_core.atomic import atomic_path
-from rlanything_core.config import Mode, RunConfig
-from rlanything_core.rundir import WARM_START, RunDir, write_json
-from rlanything_core.schemas import read_dataset
-from rlanything_core.stats import CI_SUFFIXES
+from rlanything_core.base.atomic import atomic_path
+from rlanything_core.base.schemas import read_dataset
+from rlanything_core.method.stats import CI_SUFFIXES
+from rlanything_core.run.config import Mode, RunConfig
+from rlanything_core.run.rundir import WARM_START, RunDir, write_json
 from tasks.common import run_stage
 from tasks.stages import warm_start
 

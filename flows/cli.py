@@ -111,7 +111,7 @@ def prefect_ui_hint(flow_run_id: str) -> str:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from rlanything_core.config import load_config
+    from rlanything_core.run.config import load_config
 
     config = load_config(args.config)
     updates: dict[str, Any] = {}
@@ -125,8 +125,8 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _resume(args: argparse.Namespace) -> int:
-    from rlanything_core.config import load_config
-    from rlanything_core.rundir import RunDir
+    from rlanything_core.run.config import load_config
+    from rlanything_core.run.rundir import RunDir
 
     run = RunDir(args.run_dir)
     if not run.config_path.is_file():
@@ -136,8 +136,8 @@ def _resume(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from rlanything_core.config import load_config
-    from rlanything_core.stats import CI_SUFFIXES
+    from rlanything_core.method.stats import CI_SUFFIXES
+    from rlanything_core.run.config import load_config
 
     _prefect_defaults()
     from flows.evaluate import rlanything_eval
@@ -162,7 +162,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _ablate(args: argparse.Namespace) -> int:
-    from rlanything_core.config import load_config
+    from rlanything_core.run.config import load_config
 
     config = load_config(args.config)
     if args.rounds is not None:
@@ -180,8 +180,8 @@ def _ablate(args: argparse.Namespace) -> int:
 
 
 def _rloop(args: argparse.Namespace) -> int:
-    from rlanything_core.config import load_config
-    from rlanything_core.stats import CI_SUFFIXES
+    from rlanything_core.method.stats import CI_SUFFIXES
+    from rlanything_core.run.config import load_config
 
     config = load_config(args.config)
     if args.cycles is not None:
@@ -240,9 +240,9 @@ def _sandbox_run(args: argparse.Namespace) -> int:
 
 
 def _humaneval(args: argparse.Namespace) -> int:
-    from rlanything_core.envs.humaneval import load_humaneval
-    from rlanything_core.pool import tasks_frame
-    from rlanything_core.schemas import write_dataset
+    from rlanything_core.base.schemas import write_dataset
+    from rlanything_core.envs.coding.humaneval import load_humaneval
+    from rlanything_core.run.pool import tasks_frame
 
     tasks = load_humaneval(complete_only=not args.all)
     frame = tasks_frame([t.task_id for t in tasks], [t.spec for t in tasks], "coding")
@@ -258,8 +258,8 @@ def _humaneval(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from rlanything_core.models import resolve_source
-    from rlanything_core.serve import ModelServer, create_app
+    from rlanything_core.models.loading import resolve_source
+    from rlanything_core.models.serve import ModelServer, create_app
 
     server = ModelServer(
         resolve_source(args.model),
@@ -334,7 +334,7 @@ def _run(config: Any, run_dir: str) -> int:
     from prefect.logging.configuration import setup_logging
 
     from flows.train import rlanything_train
-    from rlanything_core.default_model import data_root
+    from rlanything_core.base.paths import data_root
 
     stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     quiet = TracebacksToFile(data_root() / "logs" / f"train-{stamp}.log")
@@ -470,14 +470,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def expected_errors() -> tuple[type[Exception], ...]:
     """Errors whose message says what to change: printed as one line, without a traceback."""
-    from rlanything_core.config import ConfigError
-    from rlanything_core.default_model import ModelNotFoundError
+    from rlanything_core.base.schemas import SchemaError
     from rlanything_core.envs.common import SpecError
     from rlanything_core.envs.gui.browser import BrowserError
-    from rlanything_core.models import CheckpointWriteError
-    from rlanything_core.rundir import RunDirError
+    from rlanything_core.models.checkpoints import CheckpointWriteError
+    from rlanything_core.models.default import ModelNotFoundError
+    from rlanything_core.run.config import ConfigError
+    from rlanything_core.run.rundir import RunDirError
     from rlanything_core.sandbox import SandboxError
-    from rlanything_core.schemas import SchemaError
 
     return (
         BrowserError,

@@ -4,7 +4,7 @@ In-domain and out-of-domain sets are generated with `evaluation.seed`, so every 
 every run is measured on the same tasks. Writes `<split>_rollouts.parquet`,
 `<split>_judgments.parquet` and `eval.json` to the output directory, and the metrics to MLflow.
 Every accuracy comes with its 95 % interval (`<metric>_ci_low`, `<metric>_ci_high`), clustered
-by task: episodes, and steps, of one task are correlated (`rlanything_core.stats`). With a
+by task: episodes, and steps, of one task are correlated (`rlanything_core.method.stats`). With a
 unit-test-writing reward model (coding) it also writes `<split>_unit_tests.parquet` and measures
 UT accuracy and Detect instead of process and outcome accuracy.
 """
@@ -19,15 +19,15 @@ import pandas as pd
 from prefect import flow
 
 from flows.tracking import log_evaluation
-from rlanything_core.config import RunConfig
-from rlanything_core.engines import open_engine
-from rlanything_core.rloop import episodes, pass_at_k_per_task
-from rlanything_core.rollout import TaskRef
-from rlanything_core.rundir import write_json
-from rlanything_core.schemas import read_dataset, rows_frame, write_dataset
-from rlanything_core.seeding import derive_seed
-from rlanything_core.signals import judge_metrics, task_key, test_samples
-from rlanything_core.stats import accuracy, as_metrics
+from rlanything_core.base.schemas import read_dataset, rows_frame, write_dataset
+from rlanything_core.base.seeding import derive_seed
+from rlanything_core.envs.interface import TaskRef
+from rlanything_core.method.rloop import episodes, pass_at_k_per_task
+from rlanything_core.method.signals import judge_metrics, task_key, test_samples
+from rlanything_core.method.stats import accuracy, as_metrics
+from rlanything_core.models.engines import open_engine
+from rlanything_core.run.config import RunConfig
+from rlanything_core.run.rundir import write_json
 from tasks.playing import judge_steps, play_tasks, unit_test_votes
 
 SPLITS = ("id", "ood")

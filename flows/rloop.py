@@ -26,10 +26,10 @@ from flows.ablate import warm_started
 from flows.evaluate import rlanything_eval
 from flows.tracking import Tracker
 from flows.train import train_rounds
-from rlanything_core.config import RunConfig
-from rlanything_core.rundir import EXPLOITATION, RunDir, write_json
-from rlanything_core.schemas import read_dataset, write_dataset
-from rlanything_core.seeding import derive_seed
+from rlanything_core.base.schemas import read_dataset, write_dataset
+from rlanything_core.base.seeding import derive_seed
+from rlanything_core.run.config import RunConfig
+from rlanything_core.run.rundir import EXPLOITATION, RunDir, write_json
 from tasks.common import StageRun, run_stage
 from tasks.rloop import EXPLOITATION_STAGES
 

@@ -9,9 +9,9 @@ from typing import Any
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from rlanything_core.config import RunConfig
-from rlanything_core.rundir import RunDir
-from rlanything_core.schemas import read_dataset
+from rlanything_core.base.schemas import read_dataset
+from rlanything_core.run.config import RunConfig
+from rlanything_core.run.rundir import RunDir
 from tasks.adaptation import acceptance_check, task_rewriting
 from tasks.advantages import advantage_computation
 from tasks.common import StageRun, run_stage

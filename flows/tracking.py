@@ -47,12 +47,12 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT, MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 
-from rlanything_core import failpoints
-from rlanything_core.atomic import atomic_path
-from rlanything_core.config import RunConfig
-from rlanything_core.default_model import data_root
-from rlanything_core.rundir import ROLES, RunDir, sha256_file
-from rlanything_core.schemas import read_dataset
+from rlanything_core.base import failpoints
+from rlanything_core.base.atomic import atomic_path
+from rlanything_core.base.paths import data_root
+from rlanything_core.base.schemas import read_dataset
+from rlanything_core.run.config import RunConfig
+from rlanything_core.run.rundir import ROLES, RunDir, sha256_file
 
 ROUND_OUTPUTS = (
     ("rollouts", "rollout"),

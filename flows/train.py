@@ -31,10 +31,10 @@ from prefect.states import Completed, Crashed
 from flows.evaluate import rlanything_eval
 from flows.round import rlanything_round
 from flows.tracking import Tracker
-from rlanything_core.config import ConfigError, RunConfig, load_config
-from rlanything_core.pool import initial_pool
-from rlanything_core.rundir import WARM_START, RunDir, write_json
-from rlanything_core.schemas import write_dataset
+from rlanything_core.base.schemas import write_dataset
+from rlanything_core.run.config import ConfigError, RunConfig, load_config
+from rlanything_core.run.pool import initial_pool
+from rlanything_core.run.rundir import WARM_START, RunDir, write_json
 from tasks.common import run_stage
 from tasks.stages import warm_start
 

@@ -5,19 +5,17 @@ from __future__ import annotations
 
 import pandas as pd
 
-from rlanything_core import failpoints
-from rlanything_core.adaptation import accept_candidate, adaptation_direction
-from rlanything_core.config import RunConfig
-from rlanything_core.engines import open_engine
-from rlanything_core.pool import next_pool, task_refs
-from rlanything_core.prompts import Messages
-from rlanything_core.rollout import TaskRef
-from rlanything_core.rundir import RunDir
-from rlanything_core.schemas import read_dataset
-from rlanything_core.seeding import derive_seed
-from rlanything_core.signals import (
-    task_accuracies,
-)
+from rlanything_core.base import failpoints
+from rlanything_core.base.generation import Messages
+from rlanything_core.base.schemas import read_dataset
+from rlanything_core.base.seeding import derive_seed
+from rlanything_core.envs.interface import TaskRef
+from rlanything_core.method.adaptation import accept_candidate, adaptation_direction
+from rlanything_core.method.signals import task_accuracies
+from rlanything_core.models.engines import open_engine
+from rlanything_core.run.config import RunConfig
+from rlanything_core.run.pool import next_pool, task_refs
+from rlanything_core.run.rundir import RunDir
 from tasks.common import stage_task
 from tasks.playing import (
     Metrics,

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from rlanything_core.config import RunConfig
-from rlanything_core.rundir import RunDir
-from rlanything_core.schemas import read_dataset
-from rlanything_core.signals import (
-    policy_samples,
-    rm_samples,
-    test_samples,
-)
+from rlanything_core.base.schemas import read_dataset
+from rlanything_core.method.signals import policy_samples, rm_samples, test_samples
+from rlanything_core.run.config import RunConfig
+from rlanything_core.run.rundir import RunDir
 from tasks.common import stage_task
 from tasks.playing import (
     Metrics,

@@ -19,9 +19,9 @@ from prefect.utilities.annotations import quote
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from rlanything_core import failpoints
-from rlanything_core.config import RunConfig
-from rlanything_core.rundir import EXPLOITATION, WARM_START, RunDir, sha256_file
+from rlanything_core.base import failpoints
+from rlanything_core.run.config import RunConfig
+from rlanything_core.run.rundir import EXPLOITATION, WARM_START, RunDir, sha256_file
 
 StageBody = Callable[[RunConfig, RunDir, int], tuple[dict[str, str], dict[str, float]]]
 

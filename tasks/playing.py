@@ -13,13 +13,15 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect_dask import DaskTaskRunner
 
-from rlanything_core.config import ModelConfig, RunConfig
-from rlanything_core.engines import Engine, open_engine
-from rlanything_core.environment import WritesUnitTests
-from rlanything_core.judging import judge
-from rlanything_core.rollout import Sampling, Screens, TaskRef, play
-from rlanything_core.rundir import RunDir
-from rlanything_core.schemas import rows_frame, write_dataset
+from rlanything_core.base.generation import Engine
+from rlanything_core.base.schemas import rows_frame, write_dataset
+from rlanything_core.envs.interface import TaskRef, WritesUnitTests
+from rlanything_core.models.config import ModelConfig
+from rlanything_core.models.engines import open_engine
+from rlanything_core.run.config import RunConfig
+from rlanything_core.run.judging import judge
+from rlanything_core.run.rollout import Sampling, Screens, play
+from rlanything_core.run.rundir import RunDir
 from tasks.common import progress, retry_if_transient
 
 Outputs = dict[str, str]

@@ -9,13 +9,13 @@ import math
 
 import pandas as pd
 
-from rlanything_core.config import RunConfig
-from rlanything_core.models import with_eos
-from rlanything_core.rloop import episodes, expert_steps
-from rlanything_core.rundir import EXPLOITATION, RunDir
-from rlanything_core.schemas import SCHEMAS, read_dataset, write_dataset
-from rlanything_core.seeding import derive_seed
-from rlanything_core.training import sft_finetune
+from rlanything_core.base.schemas import SCHEMAS, read_dataset, write_dataset
+from rlanything_core.base.seeding import derive_seed
+from rlanything_core.method.rloop import episodes, expert_steps
+from rlanything_core.models.modelling import with_eos
+from rlanything_core.models.training import sft_finetune
+from rlanything_core.run.config import RunConfig
+from rlanything_core.run.rundir import EXPLOITATION, RunDir
 from tasks.common import progress, stage_task
 
 Outputs = dict[str, str]

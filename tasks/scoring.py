@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from rlanything_core.config import RunConfig
-from rlanything_core.engines import open_engine
-from rlanything_core.pool import round_batch
-from rlanything_core.rollout import TaskRef
-from rlanything_core.rundir import RunDir
-from rlanything_core.schemas import read_dataset
+from rlanything_core.base.schemas import read_dataset
+from rlanything_core.envs.interface import TaskRef
+from rlanything_core.models.engines import open_engine
+from rlanything_core.run.config import RunConfig
+from rlanything_core.run.pool import round_batch
+from rlanything_core.run.rundir import RunDir
 from tasks.common import stage_task
 from tasks.playing import (
     Metrics,

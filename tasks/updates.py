@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from rlanything_core.config import ModelConfig, RunConfig, UpdateConfig
-from rlanything_core.rundir import RunDir
-from rlanything_core.schemas import read_dataset
-from rlanything_core.seeding import derive_seed
-from rlanything_core.signals import (
-    STEP_KEY,
-)
-from rlanything_core.training import rl_update, select_samples
+from rlanything_core.base.schemas import read_dataset
+from rlanything_core.base.seeding import derive_seed
+from rlanything_core.method.signals import STEP_KEY
+from rlanything_core.models.config import ModelConfig, UpdateConfig
+from rlanything_core.models.training import rl_update, select_samples
+from rlanything_core.run.config import RunConfig
+from rlanything_core.run.rundir import RunDir
 from tasks.common import progress, stage_task
 from tasks.playing import (
     Metrics,

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import math
 
-from rlanything_core import failpoints
-from rlanything_core.config import RunConfig, WarmStartConfig
-from rlanything_core.demos import Demo
-from rlanything_core.environment import WarmStart
-from rlanything_core.rundir import RunDir
-from rlanything_core.schemas import rows_frame, write_dataset
-from rlanything_core.seeding import derive_seed
-from rlanything_core.training import sft_finetune, tokenize_demos
+from rlanything_core.base import failpoints
+from rlanything_core.base.schemas import rows_frame, write_dataset
+from rlanything_core.base.seeding import derive_seed
+from rlanything_core.envs.demos import Demo
+from rlanything_core.envs.interface import WarmStart
+from rlanything_core.models.sft import tokenize_demos
+from rlanything_core.models.training import sft_finetune
+from rlanything_core.run.config import RunConfig, WarmStartConfig
+from rlanything_core.run.rundir import RunDir
 from tasks.common import progress, stage_task
 from tasks.playing import (
     Metrics,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rlanything_core.models import resolve_source
-from rlanything_core.services import Service, free_port, serve_command
+from rlanything_core.models.loading import resolve_source
+from rlanything_core.models.services import Service, free_port, serve_command
 
 GOLDEN = Path(__file__).resolve().parents[1].parent / "shared" / "golden" / "method_vectors.json"
 LOCAL_GOLDEN = Path(__file__).resolve().parent / "data" / "method_vectors.json"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlanything_core.adaptation import accept_candidate, adaptation_direction
+from rlanything_core.method.adaptation import accept_candidate, adaptation_direction
 
 
 def test_trigger_by_hand() -> None:

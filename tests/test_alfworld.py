@@ -9,10 +9,10 @@ import os
 
 import pytest
 
-from rlanything_core.environment import make_environment
-from rlanything_core.envs import alfworld_env as alf
+from rlanything_core.envs.alfworld import game as alf
 from rlanything_core.envs.common import SpecError
-from rlanything_core.envs.text_environment import TextAgentEpisode
+from rlanything_core.envs.interface import make_environment
+from rlanything_core.envs.text import TextAgentEpisode
 
 ENV = make_environment("alfworld", {}, "id")[0]
 parse_task_spec = ENV.parse_spec

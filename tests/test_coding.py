@@ -19,8 +19,10 @@ import pandas as pd
 import pytest
 
 from rlanything_core import sandbox
-from rlanything_core.environment import make_environment
-from rlanything_core.envs.coding import (
+from rlanything_core.base.schemas import SchemaError
+from rlanything_core.envs.coding.humaneval import load_humaneval
+from rlanything_core.envs.coding.problems import generate_coding_specs, problems, reference_pairs
+from rlanything_core.envs.coding.tasks import (
     CodeRunner,
     CodeTest,
     CodingSpec,
@@ -30,13 +32,11 @@ from rlanything_core.envs.coding import (
     same_stdout,
     same_value,
 )
-from rlanything_core.envs.coding_problems import generate_coding_specs, problems, reference_pairs
+from rlanything_core.envs.coding.unit_tests import parse_unit_test
 from rlanything_core.envs.common import SpecError
-from rlanything_core.envs.humaneval import load_humaneval
-from rlanything_core.feedback import unit_test_rewards
-from rlanything_core.schemas import SchemaError
-from rlanything_core.signals import test_samples as compute_test_samples
-from rlanything_core.unit_tests import parse_unit_test
+from rlanything_core.envs.interface import make_environment
+from rlanything_core.method.feedback import unit_test_rewards
+from rlanything_core.method.signals import test_samples as compute_test_samples
 
 NAMESPACES = sandbox.isolation_level() != "rlimits"
 CODING = make_environment("coding", {}, "id")[0]
@@ -327,7 +327,7 @@ def test_humaneval_loads_from_the_package_without_download() -> None:
 
 
 def test_coding_config_checks() -> None:
-    from rlanything_core.config import ConfigError, parse_config
+    from rlanything_core.run.config import ConfigError, parse_config
 
     with pytest.raises(ConfigError, match="unit_tests"):
         parse_config({"reward_model": {"mode": "unit_tests"}})
@@ -361,8 +361,8 @@ def test_sandbox_level_used_by_the_runner_is_recorded() -> None:
 
 def test_humaneval_export_feeds_a_pool(tmp_path: Path) -> None:
     from flows.cli import main
-    from rlanything_core.config import parse_config
-    from rlanything_core.pool import initial_pool, task_refs
+    from rlanything_core.run.config import parse_config
+    from rlanything_core.run.pool import initial_pool, task_refs
 
     out = tmp_path / "humaneval.parquet"
     assert main(["humaneval", "--out", str(out)]) == 0
@@ -379,7 +379,7 @@ def test_humaneval_export_feeds_a_pool(tmp_path: Path) -> None:
 
 
 def test_step_judge_mode_for_coding_hides_the_test_results() -> None:
-    from rlanything_core.judging import judge_prompts
+    from rlanything_core.run.judging import judge_prompts
 
     rollouts = pd.DataFrame(
         {

@@ -28,7 +28,7 @@ from prefect.client.schemas.filters import (
 from prefect.client.schemas.objects import StateType
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from rlanything_core.services import free_port
+from rlanything_core.models.services import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- deploy-sequence -->", "<!-- /deploy-sequence -->"

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from flows.train import pick_config, rlanything_train
-from rlanything_core.config import ConfigError, load_config
+from rlanything_core.run.config import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

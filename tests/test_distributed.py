@@ -13,9 +13,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rlanything_core.config import DistributedConfig, UpdateConfig
-from rlanything_core.models import TrainSample
-from rlanything_core.training import rl_update
+from rlanything_core.models.config import DistributedConfig, UpdateConfig
+from rlanything_core.models.modelling import TrainSample
+from rlanything_core.models.training import rl_update
 
 SOURCE = "tiny-policy:0"
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from rlanything_core.atomic import atomic_dir, atomic_path
-from rlanything_core.rundir import RunDir, RunDirError
+from rlanything_core.base.atomic import atomic_dir, atomic_path
+from rlanything_core.run.rundir import RunDir, RunDirError
 
 HOLD = """
 import sys, time
-from rlanything_core.rundir import RunDir
+from rlanything_core.run.rundir import RunDir
 with RunDir(sys.argv[1]).exclusive():
     print("held", flush=True)
     time.sleep(600)

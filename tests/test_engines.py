@@ -9,10 +9,11 @@ import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 
-from rlanything_core.engines import EngineError, HFEngine, OpenAIEngine
-from rlanything_core.models import load_model
-from rlanything_core.prompts import Messages, judge_messages
-from rlanything_core.services import Service, ServiceError, free_port
+from rlanything_core.base.generation import Messages
+from rlanything_core.method.prompts import judge_messages
+from rlanything_core.models.engines import EngineError, HFEngine, OpenAIEngine
+from rlanything_core.models.loading import load_model
+from rlanything_core.models.services import Service, ServiceError, free_port
 
 PROMPTS: list[Messages] = [
     judge_messages("put a mug in cabinet", [], f"You see {i} things.", "I go.", "look", "Ok.")

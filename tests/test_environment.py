@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rlanything_core.config import ConfigError, parse_config
-from rlanything_core.environment import (
+from rlanything_core.envs.common import SpecError
+from rlanything_core.envs.interface import (
     BUILTINS,
     Environment,
     StepView,
@@ -19,7 +19,7 @@ from rlanything_core.environment import (
     environment_class,
     make_environment,
 )
-from rlanything_core.envs.common import SpecError
+from rlanything_core.run.config import ConfigError, parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CORRIDOR = "examples/corridor/corridor.py:CorridorEnvironment"
@@ -95,6 +95,66 @@ def test_importing_the_core_loads_no_orchestration() -> None:
     assert out.stdout.strip() == "[]"
 
 
+LAYERS = {"base": 0, "sandbox": 0, "method": 1, "envs": 2, "models": 3, "run": 4}
+"""rlanything_core's packages, each importing only from lower ones (README "Code layout")."""
+
+
+def _core_imports() -> dict[str, set[str]]:
+    """Each core module's imports of core modules, lazy ones (inside functions) included."""
+    import ast
+
+    import rlanything_core
+
+    root = Path(rlanything_core.__file__).parent
+    names = {
+        ".".join(("rlanything_core", *f.relative_to(root).with_suffix("").parts)).removesuffix(
+            ".__init__"
+        ): f
+        for f in root.rglob("*.py")
+    }
+    graph: dict[str, set[str]] = {}
+    for name, path in names.items():
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("rlanything_"):
+                for alias in node.names:  # `from package import module` names the module
+                    sub = f"{node.module}.{alias.name}"
+                    found.add(sub if sub in names else str(node.module))
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names if a.name in names}
+        graph[name] = found - {name}
+    return graph
+
+
+def test_core_packages_import_only_downward() -> None:
+    graph = _core_imports()
+
+    def layer(module: str) -> int:
+        parts = module.split(".")
+        return LAYERS[parts[1]] if len(parts) > 1 else -1  # the package's own __init__
+
+    upward = [(m, i) for m, imps in graph.items() for i in imps if layer(i) > layer(m) >= 0]
+    assert not upward, f"imports up the layers (README 'Code layout'): {upward}"
+    # No circle of modules, lazy imports included: depth-first search for a back edge.
+    state: dict[str, int] = {}
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for nxt in sorted(graph.get(module, ())):
+            assert state.get(nxt) != 1, f"import circle: {' -> '.join([*path, module, nxt])}"
+            if nxt not in state:
+                visit(nxt, [*path, module])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [])
+    assert len(graph) > 50 and {
+        "rlanything_core.models.loading",
+        "rlanything_core.models.tiny",
+    } <= set(graph)
+
+
 def test_an_invalid_answer_read_back_from_parquet_is_judged_as_invalid(tmp_path: Path) -> None:
     """Rollouts read back from Parquet hold NaN, not None, where an answer named no action: the
     judge prompt says the answer was invalid (as the RM's warm start does), never "nan"."""
@@ -116,7 +176,7 @@ def test_an_invalid_answer_read_back_from_parquet_is_judged_as_invalid(tmp_path:
     rows.to_parquet(tmp_path / "r.parquet")
     back = pd.read_parquet(tmp_path / "r.parquet")
     back["action"] = back["action"].astype(object).where(back["action"].notna(), float("nan"))
-    from rlanything_core.judging import judge_prompts
+    from rlanything_core.run.judging import judge_prompts
 
     first, second = judge_prompts(back, make_environment("household", {}, "id")[0])
     assert "Chosen action: (invalid answer: no admissible action)" in first[1]["content"]

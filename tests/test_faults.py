@@ -4,7 +4,7 @@ runs side by side.
 The training runs here are real `rlanything` processes on tests/data/faults.yaml (configs/tiny.yaml,
 two rounds, with a warm start of each model), talking
 to a Prefect server and an MLflow SQLite store that this module starts and stops. A fail point
-(rlanything_core/failpoints.py) holds the process in the middle of a stage, right after the
+(rlanything_core/base/failpoints.py) holds the process in the middle of a stage, right after the
 stage's first output file is in place, or while a round is logged to MLflow; the suite then kills
 its whole process group with SIGKILL.
 """
@@ -32,11 +32,12 @@ from mlflow.tracking import MlflowClient
 from safetensors.torch import load_file
 
 import tasks.stages
-from rlanything_core.config import load_config
-from rlanything_core.models import OPTIMIZER_STATE, load_model, resolve_source, save_checkpoint
-from rlanything_core.rundir import RunDir, RunDirError
-from rlanything_core.schemas import read_dataset
-from rlanything_core.services import Service, free_port
+from rlanything_core.base.schemas import read_dataset
+from rlanything_core.models.checkpoints import OPTIMIZER_STATE, save_checkpoint
+from rlanything_core.models.loading import load_model, resolve_source
+from rlanything_core.models.services import Service, free_port
+from rlanything_core.run.config import load_config
+from rlanything_core.run.rundir import RunDir, RunDirError
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "tests" / "data" / "faults.yaml"  # configs/tiny.yaml with three warm starts

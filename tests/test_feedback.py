@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rlanything_core.feedback import (
+from rlanything_core.method.feedback import (
     EPS,
     consistency_advantages,
     consistency_rewards,
@@ -193,7 +193,7 @@ def test_loop_and_vectorized_agree(seed: int) -> None:
 def test_invalid_action_penalty_lowers_the_reward_of_invalid_steps_only() -> None:
     """R = O − c·[invalid]: with c = 0.5 the invalid step of the won episode gets R = 0.5 and an
     advantage below its valid siblings'; with c = 0 (the paper's R) it gets theirs."""
-    from rlanything_core.signals import policy_samples
+    from rlanything_core.method.signals import policy_samples
 
     steps = [(0, 0, True), (0, 1, False), (0, 2, True), (1, 0, True), (1, 1, True)]
     rollouts = _one_task(
@@ -249,7 +249,7 @@ def test_state_advantages_group_the_steps_of_one_state_by_hand() -> None:
 
 
 def test_policy_samples_state_grouping_and_outcome_weight() -> None:
-    from rlanything_core.signals import policy_samples, rm_samples
+    from rlanything_core.method.signals import policy_samples, rm_samples
 
     steps = [(0, 0, "A"), (0, 1, "B"), (1, 0, "A"), (1, 1, "A"), (1, 2, "B")]
     rollouts = _one_task(
@@ -297,7 +297,7 @@ def test_policy_samples_state_grouping_and_outcome_weight() -> None:
 
 
 def test_grouping_and_outcome_weight_are_checked_against_the_config() -> None:
-    from rlanything_core.config import RunConfig
+    from rlanything_core.run.config import RunConfig
 
     with pytest.raises(ValueError, match=r"needs advantage\.estimator"):
         RunConfig.model_validate({"advantage": {"grouping": "state", "estimator": "task"}})

@@ -27,11 +27,12 @@ import tasks.updates
 from flows.ablate import rlanything_ablate
 from flows.evaluate import rlanything_eval
 from flows.train import rlanything_train
-from rlanything_core.config import EngineConfig, RunConfig, load_config
-from rlanything_core.models import resolve_source
-from rlanything_core.rundir import RunDir
-from rlanything_core.schemas import SCHEMAS, read_dataset
-from rlanything_core.services import Service, free_port, serve_command
+from rlanything_core.base.schemas import SCHEMAS, read_dataset
+from rlanything_core.models.config import EngineConfig
+from rlanything_core.models.loading import resolve_source
+from rlanything_core.models.services import Service, free_port, serve_command
+from rlanything_core.run.config import RunConfig, load_config
+from rlanything_core.run.rundir import RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = [t.name for t in tasks.stages.STAGES]
@@ -783,7 +784,7 @@ def test_rloop_two_cycles_end_to_end(tmp_path: Path) -> None:
     exploitation stages; the expert set is the successful steps of hard tasks; the refined policy
     starts the next cycle; Prefect and MLflow show every phase under its name."""
     from flows.cli import main
-    from rlanything_core.rloop import expert_steps
+    from rlanything_core.method.rloop import expert_steps
 
     root = tmp_path / "rloop"
     config = load_config(ROOT / "configs" / "rloop-tiny.yaml")

@@ -22,16 +22,22 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from rlanything_core.config import ConfigError, load_config
-from rlanything_core.engines import OpenAIEngine
-from rlanything_core.environment import make_environment
-from rlanything_core.envs.alfworld_env import AlfworldSpec
+from rlanything_core.base.schemas import (
+    SchemaError,
+    read_dataset,
+    rows_frame,
+    to_table,
+    write_dataset,
+)
+from rlanything_core.envs.alfworld.game import AlfworldSpec
 from rlanything_core.envs.common import validate_spec
-from rlanything_core.envs.textworld_env import TextWorldSpec
-from rlanything_core.models import load_model
-from rlanything_core.parsing import parse_action, parse_verdict
-from rlanything_core.rewriting import merge_proposal
-from rlanything_core.schemas import SchemaError, read_dataset, rows_frame, to_table, write_dataset
+from rlanything_core.envs.interface import make_environment
+from rlanything_core.envs.rewriting import merge_proposal
+from rlanything_core.envs.textworld.game import TextWorldSpec
+from rlanything_core.method.parsing import parse_action, parse_verdict
+from rlanything_core.models.engines import OpenAIEngine
+from rlanything_core.models.loading import load_model
+from rlanything_core.run.config import ConfigError, load_config
 
 ACTIONS = ["go to shelf 1", "take mug 1 from shelf 1", "look", "open cabinet 2"]
 

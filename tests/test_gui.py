@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from rlanything_core.environment import make_environment
 from rlanything_core.envs.common import SpecError
 from rlanything_core.envs.gui.apps import (
     APPS,
@@ -31,6 +30,12 @@ from rlanything_core.envs.gui.browser import (
     GuiEpisode,
     parse_gui_action,
 )
+from rlanything_core.envs.gui.demos import (
+    gui_judge_demonstrations,
+    gui_policy_demonstrations,
+    gui_rewrite_demonstrations,
+    gui_trajectories,
+)
 from rlanything_core.envs.gui.tasks import (
     SEED_TASKS,
     GuiSpec,
@@ -38,12 +43,7 @@ from rlanything_core.envs.gui.tasks import (
     generate_gui_specs,
     parse_gui_spec,
 )
-from rlanything_core.gui_demos import (
-    gui_judge_demonstrations,
-    gui_policy_demonstrations,
-    gui_rewrite_demonstrations,
-    gui_trajectories,
-)
+from rlanything_core.envs.interface import make_environment
 
 PNG = b"\x89PNG\r\n\x1a\n"
 GUI = make_environment("gui", {}, "id")[0]

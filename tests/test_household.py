@@ -7,8 +7,8 @@ from collections import deque
 
 import pytest
 
-from rlanything_core.envs import household
-from rlanything_core.envs.household import (
+from rlanything_core.envs.household import world as household
+from rlanything_core.envs.household.world import (
     HouseholdEpisode,
     HouseholdSpec,
     SpecError,

@@ -12,29 +12,28 @@ import numpy as np
 import pytest
 import torch
 
-from rlanything_core.config import UpdateConfig
-from rlanything_core.demos import judge_demonstrations, policy_answer, policy_demonstrations
-from rlanything_core.environment import make_environment
-from rlanything_core.envs import household
-from rlanything_core.feedback import task_level_advantages
-from rlanything_core.judging import judge_prompts
-from rlanything_core.models import (
-    OPTIMIZER_STATE,
-    Generation,
+from rlanything_core.base.generation import Generation, Messages
+from rlanything_core.envs.demos import judge_demonstrations, policy_answer, policy_demonstrations
+from rlanything_core.envs.household import world as household
+from rlanything_core.envs.interface import TaskRef, make_environment
+from rlanything_core.method.feedback import task_level_advantages
+from rlanything_core.method.parsing import parse_action, parse_action_index
+from rlanything_core.method.prompts import ActionFormat, policy_messages
+from rlanything_core.models.checkpoints import OPTIMIZER_STATE, make_optimizer, save_checkpoint
+from rlanything_core.models.config import UpdateConfig
+from rlanything_core.models.loading import load_model
+from rlanything_core.models.modelling import (
     TrainSample,
     encode_chat,
     generate,
-    load_model,
-    make_optimizer,
     ppo_update,
     response_logprobs,
-    save_checkpoint,
     with_eos,
 )
-from rlanything_core.parsing import parse_action, parse_action_index
-from rlanything_core.prompts import ActionFormat, Messages, policy_messages
-from rlanything_core.rollout import Sampling, TaskRef, play
-from rlanything_core.training import micro_batches, rl_update, sft_update
+from rlanything_core.models.sft import micro_batches, sft_update
+from rlanything_core.models.training import rl_update
+from rlanything_core.run.judging import judge_prompts
+from rlanything_core.run.rollout import Sampling, play
 
 ACTIONS = ["go to desk 1", "open drawer 2", "take mug 1 from shelf 3", "look"]
 GOAL, TARGET = "take the mug", 2  # the toy task: one goal, one right action among four

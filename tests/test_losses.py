@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from rlanything_core.losses import ppo_clip_k3_loss
+from rlanything_core.method.losses import ppo_clip_k3_loss
 
 
 def _t(x: list) -> torch.Tensor:

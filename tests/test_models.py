@@ -10,23 +10,20 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlanything_core import default_model
-from rlanything_core.config import ModelConfig
-from rlanything_core.default_model import ModelNotFoundError
-from rlanything_core.models import (
+from rlanything_core.method.prompts import policy_messages
+from rlanything_core.models import default as default_model
+from rlanything_core.models.checkpoints import make_optimizer, save_checkpoint
+from rlanything_core.models.config import ModelConfig
+from rlanything_core.models.default import ModelNotFoundError
+from rlanything_core.models.devices import autocast_dtype, resolve_dtype
+from rlanything_core.models.loading import load_model, resolve_source
+from rlanything_core.models.modelling import (
     TrainSample,
-    autocast_dtype,
     generate,
-    load_model,
-    make_optimizer,
     ppo_update,
-    resolve_dtype,
-    resolve_source,
     response_logprobs,
-    save_checkpoint,
     with_eos,
 )
-from rlanything_core.prompts import policy_messages
 
 PROMPTS = [
     policy_messages(

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from rlanything_core.parsing import parse_action, parse_action_index, parse_verdict
-from rlanything_core.seeding import derive_seed
+from rlanything_core.base.seeding import derive_seed
+from rlanything_core.method.parsing import parse_action, parse_action_index, parse_verdict
 
 
 @pytest.mark.parametrize(
@@ -70,7 +70,7 @@ def test_parse_action_by_number_or_by_text(text: str, fmt: str, index: int | Non
 
 def test_derive_seed_is_stable_across_processes() -> None:
     code = (
-        "from rlanything_core.seeding import derive_seed; "
+        "from rlanything_core.base.seeding import derive_seed; "
         "print(derive_seed(7, 'rollout', 2, 'task-1', 5))"
     )
     outs = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from rlanything_core.rloop import expert_steps, pass_at_k, success_rates
+from rlanything_core.method.rloop import expert_steps, pass_at_k, success_rates
 
 
 def _rollouts(episodes: dict[tuple[str, int, int], tuple[int, int]]) -> pd.DataFrame:

@@ -14,19 +14,19 @@ from pydantic import ValidationError
 
 import tasks.warm_start
 from flows.evaluate import reward_model_metrics
-from rlanything_core.config import (
+from rlanything_core.base.schemas import SCHEMAS, read_dataset, rows_frame, to_table, write_dataset
+from rlanything_core.envs.household.world import build_world, parse_spec, plan
+from rlanything_core.envs.interface import make_environment
+from rlanything_core.method.feedback import EPS
+from rlanything_core.run.config import (
     ConfigError,
     EnvironmentConfig,
     RunConfig,
     load_config,
     parse_config,
 )
-from rlanything_core.environment import make_environment
-from rlanything_core.envs.household import build_world, parse_spec, plan
-from rlanything_core.feedback import EPS
-from rlanything_core.pool import batch_positions, initial_pool, next_pool, round_batch
-from rlanything_core.rundir import RunDir
-from rlanything_core.schemas import SCHEMAS, read_dataset, rows_frame, to_table, write_dataset
+from rlanything_core.run.pool import batch_positions, initial_pool, next_pool, round_batch
+from rlanything_core.run.rundir import RunDir
 from tasks.common import progress as progress_bar
 from tasks.stages import advantage_computation
 

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rlanything_core.atomic import atomic_path
-from rlanything_core.schemas import SCHEMAS, SchemaError, read_dataset, to_table, write_dataset
+from rlanything_core.base.atomic import atomic_path
+from rlanything_core.base.schemas import SCHEMAS, SchemaError, read_dataset, to_table, write_dataset
 
 PROVENANCE = {"round", "task_id", "task_version", "rollout_idx", "step_idx", "seed", "checkpoint"}
 

@@ -15,9 +15,9 @@ import httpx
 import openai
 import pytest
 
-from rlanything_core.engines import HFEngine
-from rlanything_core.models import load_model
-from rlanything_core.services import Service, free_port, serve_command
+from rlanything_core.models.engines import HFEngine
+from rlanything_core.models.loading import load_model
+from rlanything_core.models.services import Service, free_port, serve_command
 
 pytestmark = pytest.mark.slow
 

@@ -1,5 +1,5 @@
 """Clustered intervals, balanced accuracy and the majority baseline, against numbers worked out by
-hand (rlanything_core/stats.py), and the ablation's intervals pooled over seeds."""
+hand (rlanything_core/method/stats.py), and the ablation's intervals pooled over seeds."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from flows.ablate import ROWS, _markdown, _metrics, _summarize, pooled_curves, pooled_intervals
 from flows.evaluate import SPLITS
-from rlanything_core.stats import (
+from rlanything_core.method.stats import (
     Z,
     accuracy,
     as_metrics,

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from rlanything_core import demos
-from rlanything_core.environment import make_environment
-from rlanything_core.envs import textworld_env as tw
+from rlanything_core.envs import demos
 from rlanything_core.envs.common import SpecError
-from rlanything_core.envs.text_environment import TextAgentEpisode
+from rlanything_core.envs.interface import make_environment
+from rlanything_core.envs.text import TextAgentEpisode
+from rlanything_core.envs.textworld import game as tw
 
 ENV = make_environment("textworld", {}, "id")[0]
 
@@ -186,8 +186,9 @@ def test_warm_start_demonstrations_follow_the_winning_policy() -> None:
 def test_a_tiny_tokenizer_trained_on_textworld_spells_its_prompts_shorter() -> None:
     """ "tiny-<w>x<l>-textworld": the tokenizer also learns TextWorld's games, so a held-out
     game's opening (goal, room, commands) takes far fewer tokens than with household's."""
-    from rlanything_core.models import ModelNotFoundError, resolve_source
-    from rlanything_core.tiny import build_tiny_tokenizer
+    from rlanything_core.models.loading import resolve_source
+    from rlanything_core.models.modelling import ModelNotFoundError
+    from rlanything_core.models.tiny import build_tiny_tokenizer
 
     household, textworld = build_tiny_tokenizer(512), build_tiny_tokenizer(1024, "textworld")
     for spec in tw.generate_textworld_specs("id", 3, seed=1000):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rlanything_core.environment import Demo, Environment, Move, SpecError, StepView, WarmStart
+from rlanything_core.envs.interface import Demo, Environment, Move, SpecError, StepView, WarmStart
 
 MOVES = {"left": -1, "right": 1}
 SYSTEM = (

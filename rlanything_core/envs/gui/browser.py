@@ -31,11 +31,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from rlanything_core.atomic import atomic_path
+from rlanything_core.base.atomic import atomic_path
 from rlanything_core.envs.common import Move
 from rlanything_core.envs.gui.apps import APPS, App, OperationError, State, distance
 from rlanything_core.envs.gui.tasks import GuiSpec, hint_sentence
-from rlanything_core.parsing import last_boxed
+from rlanything_core.method.parsing import last_boxed
 
 INVALID_ACTION = "(invalid)"
 CHROMIUM_FLAGS = (

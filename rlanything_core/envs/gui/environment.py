@@ -10,10 +10,16 @@ from typing import ClassVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlanything_core.demos import Demo
-from rlanything_core.environment import Environment, Role, Split, StepView, TaskSpec, WarmStart
+from rlanything_core.base.generation import Messages
+from rlanything_core.envs.demos import Demo
 from rlanything_core.envs.gui.apps import TEMPLATES
 from rlanything_core.envs.gui.browser import Browser, BrowserOptions, GuiEpisode
+from rlanything_core.envs.gui.demos import (
+    gui_judge_demonstrations,
+    gui_policy_demonstrations,
+    gui_rewrite_demonstrations,
+    gui_trajectories,
+)
 from rlanything_core.envs.gui.tasks import (
     EXAMPLE_HINT,
     MAX_STEPS,
@@ -21,13 +27,8 @@ from rlanything_core.envs.gui.tasks import (
     generate_gui_specs,
     parse_gui_spec,
 )
-from rlanything_core.gui_demos import (
-    gui_judge_demonstrations,
-    gui_policy_demonstrations,
-    gui_rewrite_demonstrations,
-    gui_trajectories,
-)
-from rlanything_core.prompts import INVALID_ACTION, Messages, judge_messages
+from rlanything_core.envs.interface import Environment, Role, Split, StepView, TaskSpec, WarmStart
+from rlanything_core.method.prompts import INVALID_ACTION, judge_messages
 
 
 class BrowserConfig(BaseModel):

@@ -16,7 +16,7 @@ import matplotlib.image as mpimg
 import matplotlib.pyplot as plt
 import numpy as np
 
-from rlanything_core.atomic import atomic_path
+from rlanything_core.base.atomic import atomic_path
 from rlanything_core.envs.common import SpecError
 from rlanything_core.envs.gui.browser import Browser, BrowserOptions, GuiEpisode
 from rlanything_core.envs.gui.tasks import SEED_TASKS, parse_gui_spec

@@ -1,0 +1,75 @@
+"""Atomic writes: a crash leaves either the old file or the new one, never half of one."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from rlanything_core.base import failpoints
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a directory's entries durable (a rename in it survives a power loss)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; on success fsync it, rename it onto `path` and
+    fsync the directory, so the rename too is on disk.
+
+    On an exception the temporary file is removed and `path` is left as it was.
+    """
+    final = Path(path)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        yield tmp
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+        fsync_dir(final.parent)
+    finally:
+        tmp.unlink(missing_ok=True)
+    failpoints.after_write(final)
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary directory beside `path`; on success rename it onto `path`.
+
+    An existing `path` is replaced only after the new directory is complete: its files and its
+    directories' entries on disk (fsync), so a reader sees a whole checkpoint or none. The
+    rename is made durable by an fsync of the parent. Used for checkpoints.
+    """
+    final = Path(path)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp = final.with_name(f".{final.name}.tmp-{tag}")
+    old = final.with_name(f".{final.name}.old-{tag}")
+    tmp.mkdir()
+    try:
+        yield tmp
+        for f in sorted(tmp.rglob("*")):
+            if f.is_file():
+                with open(f, "rb") as fh:
+                    os.fsync(fh.fileno())
+        for d in sorted((p for p in tmp.rglob("*") if p.is_dir()), reverse=True):
+            fsync_dir(d)
+        fsync_dir(tmp)
+        if final.exists():
+            os.replace(final, old)
+        os.replace(tmp, final)
+        fsync_dir(final.parent)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+    failpoints.after_write(final)

@@ -1,0 +1,43 @@
+"""What the loop, the environments and the models agree on about generating text: chat
+messages, one sampled answer (`Generation`) and the `Engine` protocol that samples them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+Messages = list[dict[str, str]]
+"""A chat: messages with a role and content, rendered by the model's chat template."""
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One sampled answer."""
+
+    text: str  # decoded response, special tokens removed
+    prompt_token_ids: list[int]
+    token_ids: list[int]  # response tokens as sampled, EOS included when it stopped
+    logprobs: list[float]  # the sampler's log-prob of each response token (temperature-scaled)
+    finish_reason: str  # "stop" (EOS, or ended by `on_token`) or "length" (max_new_tokens)
+    # With `top_logprobs=k`: the k likeliest (token id, log-prob) pairs at each response position.
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+
+
+class Engine(Protocol):
+    """Samples one answer per prompt, each with its own seed."""
+
+    def generate(
+        self,
+        prompts: Sequence[Messages],
+        seeds: Sequence[int],
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        batch_size: int,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> list[Generation]: ...
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        """Text of token ids (special tokens kept): the prompt column of the datasets."""
+        ...

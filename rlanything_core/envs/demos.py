@@ -1,0 +1,209 @@
+"""Supervised data for warm starts, made by the household's expert planner or by a TextWorld
+game's winning policy (nothing downloaded).
+
+- policy demonstrations: prompts from trajectories where a fraction `noise` of the steps were
+  random, answered with the expert's action (so states off the expert's path are covered);
+- judge demonstrations: steps of such trajectories labelled by the planner's progress label, with
+  a fraction `label_noise` of the labels flipped so the reward model starts imperfect;
+- rewrite demonstrations: specs with a direction, answered with the JSON fields that change.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from rlanything_core.base.generation import Messages
+from rlanything_core.envs.common import SpecError
+from rlanything_core.method.prompts import ActionFormat, judge_messages, policy_messages
+
+Knobs = dict[str, tuple[tuple[int, int], int]]
+"""Difficulty knobs of rewrite demonstrations: spec field -> (step range, sign towards harder)."""
+
+
+class GameStep(Protocol):
+    """What one step of a text game did."""
+
+    @property
+    def observation(self) -> str: ...
+    @property
+    def valid(self) -> bool: ...
+    @property
+    def progress(self) -> bool: ...
+    @property
+    def done(self) -> bool: ...
+
+
+class TextGame(Protocol):
+    """A text game stepped by the index of an admissible action, with an expert."""
+
+    @property
+    def goal_text(self) -> str: ...
+    @property
+    def observation(self) -> str: ...
+    @property
+    def actions(self) -> list[str]: ...
+    @property
+    def steps_taken(self) -> int: ...
+    @property
+    def done(self) -> bool: ...
+    @property
+    def success(self) -> bool: ...
+
+    def step(self, action_index: int | None) -> GameStep: ...
+
+    def expert_action(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Demo:
+    """One supervised pair: the prompt and the answer to train on, with where it came from."""
+
+    task_id: str  # "demo-<index of the spec>"
+    step_idx: int
+    prompt: Messages
+    answer: str
+
+
+@dataclass(frozen=True)
+class _Step:
+    task_id: str
+    step_idx: int
+    goal: str
+    history: list[tuple[str, str]]
+    observation: str
+    actions: list[str]
+    expert: int  # index of the expert's action
+    taken: int  # index of the action taken
+    progress: bool
+    next_observation: str
+
+
+def _trajectories(
+    specs: Sequence[Any],
+    game: Callable[[Any], TextGame],
+    noise: float,
+    history_steps: int,
+    rng: random.Random,
+) -> list[_Step]:
+    """Every step of one noisy-expert episode per spec (`game` makes a spec's game)."""
+    steps: list[_Step] = []
+    for n, spec in enumerate(specs):
+        episode = game(spec)
+        history: list[tuple[str, str]] = []
+        while not episode.done:
+            actions = episode.actions
+            expert = actions.index(episode.expert_action())
+            taken = rng.randrange(len(actions)) if rng.random() < noise else expert
+            observation, step_idx = episode.observation, episode.steps_taken
+            result = episode.step(taken)
+            steps.append(
+                _Step(
+                    task_id=f"demo-{n:03d}",
+                    step_idx=step_idx,
+                    goal=episode.goal_text,
+                    history=history[-history_steps:] if history_steps else [],
+                    observation=observation,
+                    actions=actions,
+                    expert=expert,
+                    taken=taken,
+                    progress=result.progress,
+                    next_observation=result.observation,
+                )
+            )
+            history.append((actions[taken], result.observation))
+    return steps
+
+
+def policy_demonstrations(
+    specs: Sequence[Any],
+    game: Callable[[Any], TextGame],
+    *,
+    noise: float,
+    history_steps: int,
+    seed: int,
+    explain: bool = True,
+    action_format: ActionFormat = "number",
+) -> list[Demo]:
+    """Prompts answered by the expert: the action (its number, or its text: `action_format`)
+    in a box, after naming the action when `explain`."""
+    out = []
+    for s in _trajectories(specs, game, noise, history_steps, random.Random(seed)):
+        prompt = policy_messages(s.goal, s.history, s.observation, s.actions, action_format)
+        answer = policy_answer(s.actions, s.expert, explain, action_format)
+        out.append(Demo(s.task_id, s.step_idx, prompt, answer))
+    return out
+
+
+def policy_answer(
+    actions: Sequence[str], index: int, explain: bool, action_format: ActionFormat = "number"
+) -> str:
+    """The policy's answer choosing `actions[index]`, in the format its warm start teaches: the
+    action's number (or, with `action_format` "text", the action) in a box, after naming the
+    action when `explain`."""
+    chosen = actions[index] if action_format == "text" else str(index + 1)
+    answer = f"\\boxed{{{chosen}}}"
+    return f"I will {actions[index]}. {answer}" if explain else answer
+
+
+def judge_demonstrations(
+    specs: Sequence[Any],
+    game: Callable[[Any], TextGame],
+    *,
+    noise: float,
+    label_noise: float,
+    history_steps: int,
+    seed: int,
+    explain: bool = True,
+    action_format: ActionFormat = "number",
+) -> list[Demo]:
+    """Judge prompts answered with the planner's progress label, a fraction `label_noise` flipped.
+
+    The judged response is the one the policy gives at run time for the action taken
+    (`policy_answer` with the policy's `explain` and `action_format`), so the reward model is
+    warm-started on the prompts it will judge."""
+    rng = random.Random(seed)
+    out = []
+    for s in _trajectories(specs, game, noise, history_steps, rng):
+        action = s.actions[s.taken]
+        good = s.progress != (rng.random() < label_noise)
+        response = policy_answer(s.actions, s.taken, explain, action_format)
+        prompt = judge_messages(
+            s.goal, s.history, s.observation, response, action, s.next_observation
+        )
+        verdict = "Progress. \\boxed{1}" if good else "No progress. \\boxed{-1}"
+        out.append(Demo(s.task_id, s.step_idx, prompt, verdict))
+    return out
+
+
+def rewrite_demonstrations(
+    specs: Sequence[Any],
+    knobs: Knobs,
+    *,
+    rewrite: Callable[[Any, str, float, str], Messages],
+    parse: Callable[[dict[str, object]], Any],
+    adjust: Callable[[Any, dict[str, int]], dict[str, int]],
+    seed: int,
+) -> list[Demo]:
+    """Rewrite prompts (`rewrite`) answered with the JSON of the changed fields: one knob moved
+    towards the direction, completed by `adjust`, kept when `parse` accepts the result."""
+    rng = random.Random(seed)
+    out = []
+    for n, spec in enumerate(specs):
+        direction = rng.choice(["harder", "easier"])
+        knob = rng.choice(list(knobs))
+        sizes = {k: rng.randint(*r) if r[0] < r[1] else r[0] for k, (r, _) in knobs.items()}
+        step = sizes[knob] * knobs[knob][1] * (1 if direction == "harder" else -1)
+        change = {knob: getattr(spec, knob) + step}
+        try:
+            change = adjust(spec, change)
+            parse({**spec.model_dump(), **change})
+        except (SpecError, ValueError):
+            continue
+        accuracy = rng.uniform(0.8, 1.0) if direction == "harder" else rng.uniform(0.0, 0.2)
+        prompt = rewrite(spec, direction, accuracy, "The agent wanders before it acts.")
+        out.append(Demo(f"demo-{n:03d}", 0, prompt, json.dumps(change)))
+    return out

@@ -1,0 +1,86 @@
+"""The built-in household environment (ALFWorld-style, planner-labelled) behind the interface."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar, cast
+
+from pydantic import BaseModel
+
+from rlanything_core.envs.demos import Knobs, TextGame
+from rlanything_core.envs.household import world as household
+from rlanything_core.envs.household.world import (
+    GOAL_TYPES,
+    MAX_DISTRACTORS,
+    MAX_ROOMS,
+    MAX_STEPS,
+    OBJECT_AFFORDANCES,
+    RECEPTACLE_KINDS,
+    GoalType,
+    HouseholdEpisode,
+    HouseholdSpec,
+)
+from rlanything_core.envs.interface import Split, TaskSpec
+from rlanything_core.envs.text import TextEnvironment, TextOptions
+
+
+class HouseholdOptions(TextOptions):
+    """`environment.options` of the household environment."""
+
+    goals: list[GoalType] | None = None
+    """Goal types of the tasks generated for `environment.split` (the initial pool, warm starts
+    and eval's set of that split); None = the split's own (id: put, clean_put, heat_put; ood:
+    cool_put, find_two)."""
+    num_rooms: tuple[int, int] | None = None
+    """Room-count range [low, high]; None = the split's own (id 1–2, ood 3–4)."""
+    num_distractors: tuple[int, int] | None = None
+    """Distractor-count range; None = the split's own (id 0–4, ood 2–6)."""
+
+
+class HouseholdEnvironment(TextEnvironment[HouseholdOptions]):
+    """Rooms, receptacles and objects; put/clean/heat/cool/find goals; an expert planner labels
+    every step's progress."""
+
+    Options: ClassVar[type[BaseModel]] = HouseholdOptions
+    designer_system = (
+        "You design tasks for a household agent. A task is a JSON object with the fields "
+        "goal_type, object, target, num_rooms, num_distractors, max_steps and layout_seed."
+    )
+    rewrite_knobs: ClassVar[Knobs] = {
+        "num_distractors": ((1, 4), 1),
+        "num_rooms": ((1, 1), 1),
+        "max_steps": ((1, 3), -1),
+    }
+
+    def parse_spec(self, data: str | dict[str, object]) -> HouseholdSpec:
+        return household.parse_spec(data)
+
+    def generate(self, split: Split, n: int, seed: int) -> Sequence[HouseholdSpec]:
+        """The split's tasks; `environment.split`'s are narrowed by `goals`, `num_rooms` and
+        `num_distractors`."""
+        o = self.options
+        if split != self.pool_split:
+            return household.generate_specs(split, n, seed=seed, step_slack=o.step_slack)
+        return household.generate_specs(
+            split,
+            n,
+            seed=seed,
+            step_slack=o.step_slack,
+            goals=o.goals,
+            num_rooms=o.num_rooms,
+            num_distractors=o.num_distractors,
+        )
+
+    def game(self, spec: TaskSpec) -> TextGame:
+        return HouseholdEpisode(cast(HouseholdSpec, spec))
+
+    def rewrite_fields(self, spec: TaskSpec) -> str:
+        return (
+            f"goal_type: one of {list(GOAL_TYPES)}; object: one of {sorted(OBJECT_AFFORDANCES)}; "
+            f"target: one of {list(RECEPTACLE_KINDS)}; num_rooms: 1-{MAX_ROOMS}; num_distractors: "
+            f"0-{MAX_DISTRACTORS}; max_steps: 1-{MAX_STEPS}; layout_seed: any integer >= 0. More "
+            "rooms and distractors and fewer steps make a task harder."
+        )
+
+    def rewrite_example(self, spec: TaskSpec) -> str:
+        return '{"num_distractors": 3}'

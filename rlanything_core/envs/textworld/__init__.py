@@ -1,0 +1,2 @@
+"""TextWorld games generated locally by the `textworld` package (`game`) and their
+`Environment` (`environment`)."""

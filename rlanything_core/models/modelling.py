@@ -1,0 +1,379 @@
+"""Models: load with transformers, generate with per-sample seeds, score log-probs, train one
+PPO-clip update (full fine-tuning or LoRA), save and load checkpoints in Hugging Face format.
+
+The policy, the reward model and the environment model are all causal LMs with a chat template;
+this module serves all three.
+
+Choices (METHOD.md §1, policy loss):
+1. Generation is a plain batched decoding loop over the model's KV cache, so that every sample
+   draws from its own `torch.Generator` seeded by `derive_seed(...)`: a sample does not depend on
+   which other samples share its batch (up to floating-point effects of padding).
+2. Log-probs are taken from logits divided by the sampling temperature (as TRL and verl do), both
+   in the sampler and in training, so the two are comparable.
+3. The old log-probs of an update are recomputed with the loaded checkpoint before the first
+   optimizer step; the sampler's log-probs are kept only for diagnostics.
+4. EOS is appended to every training response that does not already end with it.
+5. One AdamW per trained model for the whole run (`update.keep_optimizer`): its state is saved
+   beside the weights of every RL checkpoint (`optimizer.pt`) and restored by the next round's
+   update, as a single long-running optimizer would keep it. A fresh Adam takes steps of about
+   lr·sign(g) on every weight whatever the signal, so a few steps per round from a fresh one are
+   mostly noise. Warm-start (supervised) checkpoints carry no optimizer state: RL starts afresh.
+6. `epochs` passes over the same mini-batches per update, all against the old log-probs taken
+   before the first step (PPO's several epochs within the clip); 1 = one pass, as the reference.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch.distributed.tensor import DTensor
+from transformers import PreTrainedModel
+from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+
+from rlanything_core.base.generation import Generation, Messages
+from rlanything_core.method.losses import ppo_clip_k3_loss
+from rlanything_core.models.distributed import Group
+
+
+def encode_chat(tokenizer: PreTrainedTokenizerBase, messages: Messages) -> list[int]:
+    """Token ids of `messages` rendered by the chat template, ending with the assistant header."""
+    text = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:
+    """Every token id that ends a generation (tokenizer EOS and the generation config's)."""
+    ids = {tokenizer.eos_token_id}
+    gen_eos = getattr(model.generation_config, "eos_token_id", None)
+    ids |= set(gen_eos) if isinstance(gen_eos, list) else {gen_eos}
+    return {i for i in ids if i is not None}
+
+
+# on_token(prompt index, token id, log-prob, top alternatives) -> end this answer here
+TokenCallback = Callable[[int, int, float, list[tuple[int, float]]], bool]
+
+
+@torch.no_grad()
+def generate(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[Messages],
+    seeds: Sequence[int],
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    batch_size: int = 8,
+    on_batch: Callable[[int], None] | None = None,
+    on_token: TokenCallback | None = None,
+    top_logprobs: int = 0,
+    ignore_eos: bool = False,
+) -> list[Generation]:
+    """Sample one answer per prompt, each from its own seeded generator.
+
+    Prompts are bucketed by length into batches of `batch_size`. temperature 0 decodes greedily.
+    `on_batch(n)` is called after each batch with its size (progress bars).
+    `on_token(i, token_id, logprob, top)` is called with each sampled token of prompt i that does
+    not end the answer (streaming, stop strings; `top` is [] unless `top_logprobs`); True ends
+    prompt i's answer after that token (finish_reason "stop"). What it raises propagates.
+    `top_logprobs=k` also keeps the k likeliest tokens at each position
+    (`Generation.top_logprobs`). `ignore_eos` decodes `max_new_tokens` whatever is sampled
+    (benchmarks, as vLLM's option of that name).
+    """
+    if len(prompts) != len(seeds):
+        raise ValueError(f"got {len(prompts)} prompts but {len(seeds)} seeds")
+    was_training = model.training
+    model.eval()
+    encoded = [encode_chat(tokenizer, p) for p in prompts]
+    # Identical prompts end up side by side, so a batch prefills each of them once.
+    order = sorted(range(len(encoded)), key=lambda i: (len(encoded[i]), encoded[i]))
+    stop = set() if ignore_eos else eos_ids(model, tokenizer)
+    results: list[Generation | None] = [None] * len(encoded)
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        outs = _decode_batch(
+            model,
+            [encoded[i] for i in chunk],
+            [seeds[i] for i in chunk],
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            stop=stop,
+            pad_id=tokenizer.pad_token_id,
+            on_token=None if on_token is None else _in_chunk(on_token, chunk),
+            top_logprobs=top_logprobs,
+        )
+        for i, (tokens, logprobs, tops, ended) in zip(chunk, outs, strict=True):
+            text_ids = tokens[:-1] if ended == "eos" else tokens
+            results[i] = Generation(
+                text=str(tokenizer.decode(text_ids, skip_special_tokens=True)),
+                prompt_token_ids=encoded[i],
+                token_ids=tokens,
+                logprobs=logprobs,
+                finish_reason="length" if ended == "length" else "stop",
+                top_logprobs=tops,
+            )
+        if on_batch is not None:
+            on_batch(len(chunk))
+    model.train(was_training)
+    return [r for r in results if r is not None]
+
+
+def _in_chunk(on_token: TokenCallback, chunk: list[int]) -> TokenCallback:
+    """`on_token` called with the prompt's index in `generate`'s input, not in the batch."""
+    return lambda row, token, logprob, top: on_token(chunk[row], token, logprob, top)
+
+
+def _decode_batch(
+    model: PreTrainedModel,
+    prompt_ids: list[list[int]],
+    seeds: list[int],
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    stop: set[int],
+    pad_id: int,
+    on_token: TokenCallback | None = None,
+    top_logprobs: int = 0,
+) -> list[tuple[list[int], list[float], list[list[tuple[int, float]]], str]]:
+    """Each row's tokens, their log-probs, the top-k alternatives (top_logprobs > 0) and why it
+    ended: "eos" (an end token, the last of its tokens), "stop" (`on_token` said so) or
+    "length"."""
+    device = next(model.parameters()).device
+    batch = len(prompt_ids)
+    # Prefill each distinct prompt once (e.g. the m votes on one step), then copy its KV cache.
+    unique: dict[tuple[int, ...], int] = {}
+    row_of = [unique.setdefault(tuple(p), len(unique)) for p in prompt_ids]  # (B,) → unique row
+    width = max(len(p) for p in unique)
+    input_ids = torch.full((len(unique), width), pad_id, dtype=torch.long)  # (U, L), left-padded
+    attention = torch.zeros((len(unique), width), dtype=torch.long)  # (U, L)
+    for ids, u in unique.items():
+        input_ids[u, width - len(ids) :] = torch.tensor(ids)
+        attention[u, width - len(ids) :] = 1
+    input_ids, attention = input_ids.to(device), attention.to(device)
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)  # (U, L)
+    generators = [torch.Generator(device=device).manual_seed(s) for s in seeds]
+
+    # Logits of the last position only: all of them would take U × L × vocabulary floats.
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention,
+        position_ids=positions,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    index = torch.tensor(row_of, device=device)
+    out.past_key_values.reorder_cache(index)  # (U, …) → (B, …)
+    out.logits = out.logits[index]
+    attention, positions = attention[index], positions[index]  # (B, L)
+    tokens: list[list[int]] = [[] for _ in range(batch)]
+    logprobs: list[list[float]] = [[] for _ in range(batch)]
+    tops: list[list[list[tuple[int, float]]]] = [[] for _ in range(batch)]
+    ended = ["length"] * batch
+    finished = [False] * batch
+    for _ in range(max_new_tokens):
+        logits = out.logits[:, -1, :].float()  # (B, V)
+        logp = torch.log_softmax(logits / temperature if temperature > 0 else logits, dim=-1)
+        if temperature > 0:
+            probs = logp.exp()
+            nxt = [
+                int(torch.multinomial(probs[i], 1, generator=generators[i])) for i in range(batch)
+            ]
+        else:
+            nxt = logp.argmax(dim=-1).tolist()
+        if top_logprobs > 0:
+            top_lp, top_ids = logp.topk(top_logprobs, dim=-1)  # (B, k)
+        for i in range(batch):
+            if finished[i]:
+                nxt[i] = pad_id
+                continue
+            tokens[i].append(nxt[i])
+            logprobs[i].append(float(logp[i, nxt[i]]))
+            if top_logprobs > 0:
+                tops[i].append(list(zip(top_ids[i].tolist(), top_lp[i].tolist(), strict=True)))
+            if nxt[i] in stop:
+                finished[i], ended[i] = True, "eos"
+            elif on_token is not None and on_token(
+                i, nxt[i], logprobs[i][-1], tops[i][-1] if top_logprobs > 0 else []
+            ):
+                finished[i], ended[i] = True, "stop"
+        if all(finished):
+            break
+        attention = torch.cat([attention, attention.new_ones((batch, 1))], dim=1)  # (B, L+t)
+        positions = positions[:, -1:] + 1  # (B, 1)
+        out = model(
+            input_ids=torch.tensor(nxt, device=device)[:, None],
+            attention_mask=attention,
+            position_ids=positions,
+            past_key_values=out.past_key_values,
+            use_cache=True,
+        )
+    return list(zip(tokens, logprobs, tops, ended, strict=True))
+
+
+def response_logprobs(
+    model: PreTrainedModel,
+    prompt_ids: Sequence[Sequence[int]],
+    response_ids: Sequence[Sequence[int]],
+    *,
+    temperature: float,
+    pad_id: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """log π(response token | prompt, earlier response tokens), temperature-scaled.
+
+    Rows are laid out as [left pad][prompt][response][right pad] so that every response starts at
+    the same column and only the last R+1 positions need logits.
+
+    Returns:
+        logp: (B, R) log-probs, R = longest response; mask: (B, R) 1.0 on real response tokens.
+    """
+    device = next(model.parameters()).device
+    batch = len(prompt_ids)
+    p_width = max(len(p) for p in prompt_ids)
+    r_width = max(len(r) for r in response_ids)
+    ids = torch.full((batch, p_width + r_width), pad_id, dtype=torch.long)  # (B, P+R)
+    attention = torch.zeros_like(ids)  # (B, P+R)
+    mask = torch.zeros((batch, r_width))  # (B, R)
+    for i, (p, r) in enumerate(zip(prompt_ids, response_ids, strict=True)):
+        ids[i, p_width - len(p) : p_width] = torch.tensor(list(p))
+        ids[i, p_width : p_width + len(r)] = torch.tensor(list(r))
+        attention[i, p_width - len(p) : p_width + len(r)] = 1
+        mask[i, : len(r)] = 1.0
+    ids, attention, mask = ids.to(device), attention.to(device), mask.to(device)
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    out = model(
+        input_ids=ids, attention_mask=attention, position_ids=positions, logits_to_keep=r_width + 1
+    )
+    logits = out.logits[:, :-1, :].float()  # (B, R, V): position t predicts response token t
+    if temperature > 0:
+        logits = logits / temperature
+    logp = torch.log_softmax(logits, dim=-1)
+    targets = ids[:, p_width:]  # (B, R)
+    token_logp = logp.gather(-1, targets[..., None]).squeeze(-1)  # (B, R)
+    return token_logp * mask, mask
+
+
+@dataclass(frozen=True)
+class TrainSample:
+    """One prompt/response pair with its advantage."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    advantage: float
+
+
+def with_eos(response_ids: Sequence[int], eos_id: int) -> list[int]:
+    """The response ending with EOS (appended when it does not end with it already)."""
+    ids = list(response_ids)
+    return ids if ids and ids[-1] == eos_id else [*ids, eos_id]
+
+
+def scale_lr(optimizer: torch.optim.Optimizer, base_lrs: Sequence[float], scale: float) -> None:
+    """Set each parameter group's learning rate to its base rate × `scale` (a schedule's step)."""
+    for param_group, lr in zip(optimizer.param_groups, base_lrs, strict=True):
+        param_group["lr"] = lr * scale
+
+
+def _steps_taken(optimizer: torch.optim.Optimizer, params: Sequence[torch.Tensor]) -> int:
+    """Optimizer steps taken so far (AdamW keeps a count per parameter; 0 before the first)."""
+    state = optimizer.state.get(params[0], {}) if params else {}
+    return int(state["step"]) if "step" in state else 0
+
+
+def ppo_update(
+    model: PreTrainedModel,
+    optimizer: torch.optim.Optimizer,
+    samples: Sequence[TrainSample],
+    *,
+    pad_id: int,
+    temperature: float = 1.0,
+    clip_eps: float = 0.2,
+    kl_beta: float = 0.01,
+    optimizer_steps: int = 4,
+    micro_batch_size: int = 4,
+    max_grad_norm: float = 1.0,
+    epochs: int = 1,
+    warmup_steps: int = 0,
+    group: Group | None = None,
+    on_step: Callable[[int], None] | None = None,
+) -> dict[str, float]:
+    """One RL update: recompute old log-probs, then `epochs` passes of `optimizer_steps` steps on
+    equal mini-batches (epochs × optimizer_steps steps in all).
+
+    With `warmup_steps` N > 0 the learning rate rises linearly over the optimizer's first N steps
+    (counted in its state, so across the rounds of a kept optimizer): step k, from 0, takes
+    lr·min(1, (k + 1)/N). A fresh AdamW's first steps move every parameter by about lr whatever
+    the gradient's size (m/√v ≈ ±1); the warmup keeps them small until the moments mean something.
+
+    The loss is `ppo_clip_k3_loss` with the old log-probs as both π_old and the KL reference.
+    In a `group` of processes (distributed.py) every process takes its share of each mini-batch
+    and `model` is the wrapped one; the gradient is the mean over the whole mini-batch either way.
+
+    Returns:
+        Means over optimizer steps of loss, policy_loss, kl, clip_fraction, ratio_mean and
+        grad_norm, plus samples (count) and optimizer_steps (taken).
+    """
+    if not samples:
+        raise ValueError("ppo_update needs at least one sample; skip the update when none is kept")
+    group = group or Group()
+    model.train()
+    steps = max(1, min(optimizer_steps, len(samples)))
+    chunks = [list(range(len(samples)))[k::steps] for k in range(steps)]
+    # Every process runs as many micro-batches as the one with the largest share; an empty one
+    # re-runs the chunk's first sample with weight 0, so that the collectives stay in step.
+    plan: list[list[tuple[list[int], float]]] = []  # per mini-batch: (sample indices, weight)
+    for chunk in chunks:
+        mine = group.take(chunk)
+        count = max(1, math.ceil(math.ceil(len(chunk) / group.world_size) / micro_batch_size))
+        parts = [mine[i * micro_batch_size : (i + 1) * micro_batch_size] for i in range(count)]
+        plan.append([(part or chunk[:1], len(part) / len(chunk)) for part in parts])
+
+    def logprobs(idx: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        return response_logprobs(
+            model,
+            [samples[i].prompt_ids for i in idx],
+            [samples[i].response_ids for i in idx],
+            temperature=temperature,
+            pad_id=pad_id,
+        )
+
+    # Old log-probs from the loaded checkpoint, batched exactly as the updates are batched, so
+    # that π_new = π_old holds bit for bit before the first step (padding changes rounding).
+    with torch.no_grad():
+        old = [[logprobs(idx)[0] for idx, _ in micros] for micros in plan]
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    base_lrs = [float(param_group["lr"]) for param_group in optimizer.param_groups]
+    totals: dict[str, float] = {}
+    grad_norms = 0.0
+    taken = steps * epochs
+    for micros, old_logps in [pair for _ in range(epochs) for pair in zip(plan, old, strict=True)]:
+        optimizer.zero_grad(set_to_none=True)
+        for k, ((idx, weight), old_logp) in enumerate(zip(micros, old_logps, strict=True)):
+            with group.accumulating(model, sync=k == len(micros) - 1):
+                logp, mask = logprobs(idx)
+                adv = torch.tensor([samples[i].advantage for i in idx], device=logp.device)
+                loss, metrics = ppo_clip_k3_loss(
+                    logp, old_logp, old_logp, adv, mask, clip_eps=clip_eps, kl_beta=kl_beta
+                )
+                # The group averages gradients over its processes: scale back to a sum.
+                (loss * weight * group.world_size).backward()
+            metrics["loss"] = loss.item()
+            for key, value in metrics.items():
+                totals[key] = totals.get(key, 0.0) + value * weight / taken
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        if warmup_steps:
+            scale = min(1.0, (_steps_taken(optimizer, params) + 1) / warmup_steps)
+            scale_lr(optimizer, base_lrs, scale)
+        optimizer.step()
+        full = grad_norm.full_tensor() if isinstance(grad_norm, DTensor) else grad_norm
+        grad_norms += float(full) / taken
+        if on_step is not None:
+            on_step(1)
+    scale_lr(optimizer, base_lrs, 1.0)  # the saved state keeps the configured rate
+    totals = group.all_sum(totals)
+    totals["grad_norm"] = grad_norms
+    totals["samples"] = float(len(samples))
+    totals["optimizer_steps"] = float(taken)
+    return totals

@@ -1,0 +1,511 @@
+"""Typed configuration of a training run: one pydantic model per component, unknown keys rejected.
+
+Prefect renders the flow parameter `config: RunConfig` as a form; YAML files in `configs/` hold the
+same structure. Each field says its unit or range, its default and where the default comes from.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    Field,
+    ValidationError,
+    model_validator,
+)
+
+from rlanything_core.envs.common import SpecError
+from rlanything_core.envs.interface import (
+    Environment,
+    TaskSpec,
+    WritesUnitTests,
+    environment_class,
+    make_environment,
+)
+from rlanything_core.models.config import (
+    ModelConfig,
+    UpdateConfig,
+    _Strict,
+)
+
+Mode = Literal["outcome_only", "policy", "reward", "env"]
+
+
+class WarmStartConfig(_Strict):
+    """Supervised fine-tuning on expert-made data before round 0 (off by default).
+
+    Small models (SmolLM2-135M, tiny test models) do not follow the answer format zero-shot;
+    a short warm start gives RL a partly competent policy and an imperfect reward model to
+    improve, as the paper's 7B models are from the start."""
+
+    enabled: bool = False
+    """Run the warm start (once per run, before round 0)."""
+    episodes: int = Field(8, ge=1)
+    """Expert episodes whose steps make the training pairs (env model: task specs)."""
+    episodes_per_task: int = Field(1, ge=1)
+    """Episodes played on each generated task, the noise making them differ: more pairs from
+    fewer tasks where tasks are slow to make (a TextWorld game takes about a second)."""
+    noise: float = Field(0.3, ge=0.0, le=1.0)
+    """Fraction of random actions in those episodes (covers states off the expert's path)."""
+    label_noise: float = Field(0.2, ge=0.0, le=1.0)
+    """Reward model only: fraction of step labels flipped, so the RM starts imperfect."""
+    explain: bool = True
+    """Policy only: answers name the action before the box ("I will go to desk 1. \\boxed{6}");
+    False trains the box alone (shorter answers, for tiny models)."""
+    epochs: int = Field(1, ge=1)
+    """Passes over the pairs."""
+    lr: float = Field(5e-4, gt=0.0)
+    """AdamW learning rate of the warm start."""
+    lr_schedule: Literal["constant", "linear"] = "constant"
+    """"linear" decays the learning rate linearly to 0 over the warm start's steps, which ends
+    at a lower loss than a constant rate for the same steps; "constant" keeps `lr`."""
+    micro_batch_size: int = Field(8, ge=1)
+    """Pairs per optimizer step."""
+    group_by_length: bool = False
+    """Make each micro-batch of pairs of about the same length (shuffled within groups of 64
+    micro-batches, the batches in random order), so less of each batch is padding: 1.32x as
+    fast a step for the tiny household policy (benchmarks/results/sft-speed.json). Off by
+    default: with it (and bfloat16) a constant-rate warm start ended far weaker (sweep run y)."""
+
+
+# Options of the built-in environments as they were spelled before `environment.options` (at
+# the top of `environment`), with their defaults then: old configs and run directories load.
+_FLAT_OPTIONS: dict[str, object] = {
+    "step_slack": 6,
+    "history_steps": 2,
+    "action_format": "number",
+    "goals": None,
+    "num_rooms": None,
+    "num_distractors": None,
+    "source": "builtin",
+    "sandbox": {"isolation": "auto", "memory_mb": 1024},
+    "browser": {
+        "executable": "/usr/bin/chromium",
+        "viewport": [900, 700],
+        "action_timeout_ms": 3000,
+        "screenshots": True,
+    },
+}
+
+
+class EnvironmentConfig(_Strict):
+    """The environment and its initial task pool (README "Your own environment")."""
+
+    name: str = "household"
+    """The environment: a built-in one (household: the built-in ALFWorld-style household;
+    coding: programs run on tests; gui: web apps in headless Chromium; textworld: games generated
+    by Microsoft's TextWorld; alfworld: ALFWorld's games, from the data the user downloaded into
+    $ALFWORLD_DATA), an entry point of the group `rlanything.environments`, or your own class
+    as "package.module:ClassName"."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """The environment's own settings, validated by its `Options` model (unknown keys are
+    errors); every default is filled in. Built-ins: step_slack, history_steps, action_format
+    (text environments), goals, num_rooms, num_distractors (household), source, sandbox
+    (coding), browser (gui): see README "Environments"."""
+    num_tasks: int = Field(16, ge=1)
+    """Tasks in the initial pool. Paper (AlfWorld): 16 tasks per step; coding: 64."""
+    tasks_per_round: int | None = Field(None, ge=1)
+    """Tasks each round plays (its batch), drawn from the pool without replacement: every task
+    once per pass over the pool, in a new seeded order each pass. None = the whole pool every
+    round. A pool larger than the batch keeps the policy from learning its training tasks by
+    heart (README "Learning benchmark")."""
+    split: Literal["id", "ood"] = "id"
+    """Generator of the initial pool: in-domain ("id") or out-of-domain ("ood") tasks."""
+    seed: int = 0
+    """Seed of the task generator."""
+    tasks_file: str | None = None
+    """A tasks Parquet file (the `tasks` schema, e.g. written by `rlanything humaneval`): the
+    initial pool is its first `num_tasks` rows instead of generated tasks."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_options(cls, data: Any) -> Any:
+        """Options spelled at the top of `environment` (configs before `options`) move into
+        `options`; an old default of an option the environment lacks is dropped."""
+        if not isinstance(data, dict) or not any(k in data for k in _FLAT_OPTIONS):
+            return data
+        data = dict(data)
+        name = data.get("name", "household")
+        fields = environment_class(name).Options.model_fields
+        options = dict(data.get("options") or {})
+        for key, old_default in _FLAT_OPTIONS.items():
+            if key not in data:
+                continue
+            value = data.pop(key)
+            if key in fields:
+                options.setdefault(key, value)
+            elif _as_json(value) != old_default:
+                raise ValueError(
+                    f"environment.{key} is not an option of environment {name!r} (its options: "
+                    f"{', '.join(fields) or 'none'}); remove it."
+                )
+        data["options"] = options
+        return data
+
+    @model_validator(mode="after")
+    def _ranges_draw_tasks(self) -> EnvironmentConfig:
+        if self.tasks_per_round is not None and self.tasks_per_round > self.num_tasks:
+            raise ValueError(
+                f"environment.tasks_per_round ({self.tasks_per_round}) exceeds the pool's "
+                f"num_tasks ({self.num_tasks}); raise num_tasks or lower tasks_per_round."
+            )
+        env, self.options = make_environment(self.name, self.options, self.split)
+        try:
+            env.check_pool(self.num_tasks, self.seed)
+        except SpecError as exc:
+            raise ValueError(str(exc)) from exc
+        return self
+
+    @property
+    def env(self) -> Environment:
+        """A new instance of the environment this config names, with its validated options."""
+        return make_environment(self.name, self.options, self.split)[0]
+
+    def generate(self, split: Literal["id", "ood"], n: int, seed: int) -> list[TaskSpec]:
+        """`n` task specs of `split` from the environment's generator."""
+        return list(self.env.generate(split, n, seed))
+
+
+def _as_json(value: object) -> object:
+    """`value` as YAML/JSON spells it (tuples as lists), to compare with an old default."""
+    if isinstance(value, tuple | list):
+        return [_as_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _as_json(v) for k, v in value.items()}
+    return value
+
+
+class PolicyConfig(_Strict):
+    model: ModelConfig = ModelConfig()
+    update: UpdateConfig = UpdateConfig()
+    warm_start: WarmStartConfig = WarmStartConfig()
+    accuracy_band: tuple[float, float] = (1 / 8, 7 / 8)
+    """Train only on tasks whose round accuracy is in [low, high]. METHOD.md: [1/8, 7/8]."""
+    drop_zero_advantage: bool = True
+    """Drop samples whose advantage is exactly 0 (they carry no gradient)."""
+    rollout_workers: int = Field(1, ge=1)
+    """Processes that play a round's tasks in parallel, each with its own copy of the policy: a
+    Dask cluster through prefect-dask. In-process ("hf") engine only: a served engine batches
+    the requests of one process by itself (`engine.concurrency`)."""
+    rollout_cluster: str | None = None
+    """Address of a running Dask scheduler (e.g. "tcp://10.0.0.5:8786") that gets the
+    `rollout_workers` shards, instead of a local cluster: rollouts over several machines."""
+
+    @model_validator(mode="after")
+    def _parallel_rollouts_need_hf(self) -> PolicyConfig:
+        if (self.rollout_workers > 1 or self.rollout_cluster) and self.model.engine.kind != "hf":
+            raise ValueError(
+                f"policy.rollout_workers > 1 (or rollout_cluster) plays with in-process models, "
+                f"but policy.model.engine.kind is {self.model.engine.kind!r}; set "
+                "rollout_workers: 1 and raise policy.model.engine.concurrency instead"
+            )
+        return self
+
+
+class RewardModelConfig(_Strict):
+    model: ModelConfig = ModelConfig()
+    update: UpdateConfig = UpdateConfig()
+    warm_start: WarmStartConfig = WarmStartConfig()
+    mode: Literal["judge", "unit_tests"] = "judge"
+    """"judge": m verdicts per step (paper). "unit_tests" (coding only): the RM writes
+    `tests_per_task` tests per task and a program's results on them are its votes (reference
+    code's coding mode)."""
+    votes: int = Field(3, ge=1)
+    """m, verdicts sampled per step in judge mode. Paper: 3."""
+    tests_per_task: int = Field(8, ge=1)
+    """Unit-test mode: tests the RM writes per task per round. Reference (coding): 16."""
+    parse_failure_penalty: float = -2.0
+    """Reward of a verdict that cannot be parsed. Reference: −2."""
+    accuracy_band: tuple[float, float] = (0.2, 0.8)
+    """Train the RM only on tasks whose round accuracy is in [low, high]. METHOD.md: [0.2, 0.8]."""
+
+
+class EnvModelConfig(_Strict):
+    model: ModelConfig = ModelConfig(max_new_tokens=96)
+    warm_start: WarmStartConfig = WarmStartConfig()
+    """Fine-tune on rewrite examples (`episodes` = task specs) before round 0; RL never trains
+    the environment model."""
+    lora_rank: int = Field(16, ge=0)
+    """LoRA rank of the warm start (0 = full fine-tuning)."""
+    critique_source: Literal["reward_model", "failed_rollouts"] = "reward_model"
+    """"reward_model": summarize the RM's reasoning on the task's steps (paper). "failed_rollouts":
+    summarize failed rollouts, marking steps all m votes rejected as high-risk (reference code)."""
+    critique_examples: int = Field(6, ge=1)
+    """Reasonings or failed steps quoted to the summarizer."""
+    critique_max_new_tokens: int = Field(64, ge=1)
+    """Length limit of the critique summary, in tokens."""
+
+
+class AdvantageConfig(_Strict):
+    lam: float = 1.0
+    """λ in R = O + λ·mean(S). Reference code: 1."""
+    estimator: Literal["step", "task"] = "step"
+    """"step": standardize per (task, step index) (paper); "task": over all steps of a task."""
+    grouping: Literal["step_index", "state"] = "step_index"
+    """With estimator "step", a step's group: the task's steps of the same index (paper) or
+    taken from the same state, anchor-state grouping as in GiGPO (arXiv 2505.10978). A step's
+    state is what the policy saw, its prompt (goal, observation, admissible actions; with
+    environment.options.history_steps > 0 its history too, so only equal histories share a
+    group)."""
+    outcome_weight: float = Field(1.0, ge=0.0)
+    """w in the policy's R = w·O + λ·mean(S). Paper: 1. 0 is the "Step-only" row (the reward
+    model's step signal alone); the reward model's consistency feedback keeps w = 1."""
+    singleton: Literal["raw", "zero"] = "raw"
+    """A step-index group with one member keeps raw R ("raw", reference) or gets 0 ("zero")."""
+    eps: float = Field(1e-6, gt=0.0)
+    """ε added to the population std."""
+    invalid_action_penalty: float = Field(0.0, ge=0.0)
+    """Subtracted from R of every step whose answer named no admissible action, before the
+    advantages are standardized: R = O + λ·mean(S) − c·[invalid]. 0 = the paper's R. Not in the
+    paper; verl-agent's ALFWorld scripts use 0.1. Outcome-only rewards give an invalid step of a
+    won episode the same credit as its valid steps, so on their own they do not teach the answer
+    format (README "Learning benchmark")."""
+
+
+class AdaptationConfig(_Strict):
+    alpha_low: float = Field(0.2, ge=0.0, le=1.0)
+    """Tasks with accuracy ≤ alpha_low are made easier. Paper: 0.2."""
+    alpha_high: float = Field(0.8, ge=0.0, le=1.0)
+    """Tasks with accuracy ≥ alpha_high are made harder. Paper: 0.8."""
+    bounds: Literal["strict", "inclusive"] = "strict"
+    """Acceptance bounds: "strict" (paper) or "inclusive" (reference code)."""
+    compare: Literal["same_checkpoint", "round_accuracy"] = "same_checkpoint"
+    """"same_checkpoint": roll out q and q' on the updated policy (default); "round_accuracy":
+    compare acc(q') under the updated policy with acc(q) from this round (reference code)."""
+    max_rewrites: int | None = Field(None, ge=1)
+    """Rewrite at most this many tasks per round (lowest task ids first); None = all triggered."""
+
+
+class EvalConfig(_Strict):
+    """Held-out evaluation (`rlanything eval`): fixed task sets, fixed seeds."""
+
+    num_tasks: int = Field(16, ge=1)
+    """Tasks per split (in-domain and out-of-domain)."""
+    rollouts_per_task: int = Field(4, ge=1)
+    """Episodes per task."""
+    seed: int = 1000
+    """Seed of the held-out task generators; keep it away from environment.seed."""
+    every: int | None = Field(None, ge=1)
+    """Learning curve: during training, evaluate the starting models, the checkpoints after every
+    `every` rounds and after the last round (RUN_DIR/eval/step_NNN/); None = no evaluation."""
+    curve_splits: tuple[Literal["id", "ood"], ...] = Field(("id", "ood"), min_length=1)
+    """The held-out splits the learning curve evaluates (`rlanything eval` always does both)."""
+
+
+class TrackingConfig(_Strict):
+    experiment: str = "rlanything"
+    """MLflow experiment name."""
+    checkpoints: Literal["artifact", "reference"] = "artifact"
+    """Log checkpoints as MLflow artifacts, or only their paths (large models)."""
+    artifact_location: str | None = None
+    """Where a new MLflow experiment keeps its artifacts (checkpoints, plots, eval.json): a
+    directory or URI. None: with a local store (SQLite, the default) the user's data directory,
+    $RLANYTHING_DATA/mlartifacts/<experiment> (default ~/.local/share/rlanything, or
+    $XDG_DATA_HOME/rlanything), never the working directory; with a tracking server, the
+    server's default artifact root. An experiment that exists keeps its location."""
+
+
+class RLoopConfig(_Strict):
+    """RLoop (METHOD.md, "RLoop"; `rlanything rloop`): cycles of exploration (ordinary rounds
+    from the cycle's start policy) and exploitation (rejection-sampling fine-tuning of that start
+    policy on successful trajectories of hard tasks). The refined policy starts the next cycle."""
+
+    cycles: int = Field(2, ge=1)
+    """Cycles to run. Paper: performance grows with more cycles."""
+    rounds_per_cycle: int = Field(2, ge=1)
+    """Exploration rounds per cycle (ordinary rounds of `mode`), replacing `rounds`."""
+    harvest_rounds: list[int] | None = None
+    """Rounds of each cycle whose rollouts are harvested, 0-based; round r's rollouts come from
+    the checkpoint after round r − 1. None = every round: the paper collects trajectories from
+    several intermediate checkpoints, since policy drift gives diversity."""
+    hard_threshold: float = Field(0.5, gt=0.0, le=1.0)
+    """A task is hard when its success rate over the harvested rollouts is below this (paper:
+    focus on tasks with low success rate; active learning). 1.0 keeps every unsolved-by-all task."""
+    sft_epochs: int = Field(2, ge=1)
+    """Epochs of the fine-tuning on the expert set."""
+    sft_lr: float = Field(1e-5, gt=0.0)
+    """Learning rate of the fine-tuning on the expert set (AdamW)."""
+    sft_micro_batch_size: int = Field(8, ge=1)
+    """Pairs per optimizer step of the fine-tuning."""
+    evaluate: bool = True
+    """Evaluate each cycle's refined policy on the held-out sets (`evaluation`): accuracy and
+    pass@k, RLoop's headline metric."""
+
+    @model_validator(mode="after")
+    def _harvest_in_cycle(self) -> RLoopConfig:
+        bad = [r for r in self.harvest_rounds or [] if not 0 <= r < self.rounds_per_cycle]
+        if bad or self.harvest_rounds == []:
+            raise ValueError(
+                f"rloop.harvest_rounds must be rounds 0..{self.rounds_per_cycle - 1} of a cycle "
+                f"(at least one), or null for all; got {self.harvest_rounds}."
+            )
+        return self
+
+
+class RunConfig(_Strict):
+    """A training run: N rounds of rollout → scoring → advantages → updates → adaptation."""
+
+    mode: Mode = "env"
+    """Ablation row (paper Table 1): "outcome_only" = plain GRPO on outcomes; "policy" =
+    integrated feedback from a fixed RM, fixed tasks; "reward" = + the RM is trained; "env" =
+    + the tasks adapt (full RLAnything)."""
+    rounds: int = Field(2, ge=1)
+    """Rounds (RL steps) to run."""
+    seed: int = 0
+    """Base seed; every sample's seed is derived from it with hashlib."""
+    rollouts_per_task: int = Field(8, ge=1)
+    """G, rollouts per task per round. Paper: 8."""
+    environment: EnvironmentConfig = EnvironmentConfig()
+    policy: PolicyConfig = PolicyConfig()
+    reward_model: RewardModelConfig = RewardModelConfig()
+    env_model: EnvModelConfig = EnvModelConfig()
+    advantage: AdvantageConfig = AdvantageConfig()
+    adaptation: AdaptationConfig = AdaptationConfig()
+    evaluation: EvalConfig = EvalConfig()
+    tracking: TrackingConfig = TrackingConfig()
+    rloop: RLoopConfig = RLoopConfig()
+    """Used by `rlanything rloop` only."""
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> RunConfig:
+        if self.rollouts_per_task < 2:
+            raise ValueError(
+                "rollouts_per_task must be at least 2: advantages are standardized over the G "
+                f"rollouts of a task. You provided {self.rollouts_per_task}."
+            )
+        if self.adaptation.alpha_low >= self.adaptation.alpha_high:
+            raise ValueError(
+                "adaptation.alpha_low must be below adaptation.alpha_high; got "
+                f"{self.adaptation.alpha_low} ≥ {self.adaptation.alpha_high}."
+            )
+        env = self.environment.env
+        if self.reward_model.mode == "unit_tests" and not isinstance(env, WritesUnitTests):
+            raise ValueError(
+                f"reward_model.mode 'unit_tests' needs an environment whose reward model writes "
+                f"unit tests (coding); {self.environment.name!r} has none: set "
+                "reward_model.mode: judge."
+            )
+        for role, ws in (
+            ("policy", self.policy.warm_start),
+            ("reward_model", self.reward_model.warm_start),
+            ("env_model", self.env_model.warm_start),
+        ):
+            if ws.enabled and role not in env.warm_starts:
+                raise ValueError(
+                    f"{role}.warm_start: environment {self.environment.name!r} has no {role} "
+                    f"demonstrations (it has: {', '.join(sorted(env.warm_starts)) or 'none'}); "
+                    f"set {role}.warm_start.enabled: false."
+                )
+        adv = self.advantage
+        if adv.grouping == "state" and adv.estimator != "step":
+            raise ValueError(
+                "advantage.grouping: state groups the steps of a task by state and needs "
+                f"advantage.estimator: step; got estimator: {adv.estimator}."
+            )
+        if adv.outcome_weight != 1.0 and not self.uses_reward_model:
+            raise ValueError(
+                "advantage.outcome_weight weighs the outcome against the reward model's verdicts, "
+                "which outcome_only mode does not use: set mode to policy, reward or env, or "
+                f"outcome_weight: 1 (got {adv.outcome_weight})."
+            )
+        for name, (low, high) in (
+            ("policy.accuracy_band", self.policy.accuracy_band),
+            ("reward_model.accuracy_band", self.reward_model.accuracy_band),
+        ):
+            if not 0.0 <= low <= high <= 1.0:
+                raise ValueError(f"{name} must satisfy 0 ≤ low ≤ high ≤ 1; got [{low}, {high}].")
+        return self
+
+    @property
+    def uses_reward_model(self) -> bool:
+        return self.mode != "outcome_only"
+
+    @property
+    def writes_unit_tests(self) -> bool:
+        return self.uses_reward_model and self.reward_model.mode == "unit_tests"
+
+    @property
+    def rm_votes(self) -> int:
+        """Votes per step: m in judge mode, the generated tests in unit-test mode."""
+        rm = self.reward_model
+        return rm.tests_per_task if rm.mode == "unit_tests" else rm.votes
+
+    @property
+    def trains_reward_model(self) -> bool:
+        return self.mode in ("reward", "env")
+
+    @property
+    def adapts_tasks(self) -> bool:
+        return self.mode == "env"
+
+
+class ConfigError(ValueError):
+    """A configuration file is invalid; the message names the file, the field and the problem."""
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """Read a YAML config file into a RunConfig, with errors that name the field to change."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {p} does not exist; see configs/ for examples.")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{p} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8."
+        ) from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p} is not valid YAML: {exc}") from exc
+    nodes = _expanded_nodes(data, MAX_CONFIG_NODES)
+    if nodes > MAX_CONFIG_NODES:
+        raise ConfigError(
+            f"{p} expands to more than {MAX_CONFIG_NODES} values once its YAML aliases (*name) "
+            "are resolved; a config holds a few hundred. Write the repeated parts out, or "
+            "remove the aliases."
+        )
+    return parse_config(data, where=str(p))
+
+
+MAX_CONFIG_NODES = 100_000
+"""Values a config may expand to: YAML aliases can nest a list of ten ten-fold into 10^k
+values (a "billion laughs"), which validation would walk one by one."""
+
+
+def _expanded_nodes(data: object, limit: int) -> int:
+    """Values in `data` with every alias expanded, counted up to just past `limit`."""
+    seen: dict[int, int] = {}  # id of a container already counted → its expanded size
+
+    def count(value: object) -> int:
+        if not isinstance(value, dict | list):
+            return 1
+        if id(value) in seen:
+            return seen[id(value)]
+        seen[id(value)] = limit + 1  # a value that holds itself (`&a [*a]`) never ends
+        total = 1
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            total += count(key) + count(item) if isinstance(value, dict) else count(item)
+            if total > limit:
+                break
+        seen[id(value)] = total
+        return total
+
+    return count(data)
+
+
+def parse_config(data: object, where: str = "config") -> RunConfig:
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "\n".join(
+            f"  - {'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}"
+            for e in exc.errors()
+        )
+        raise ConfigError(f"{where} is not a valid rlanything config:\n{problems}") from exc
+
+
+def dump_config(config: RunConfig) -> str:
+    """The config as YAML, every field spelled out (written to RUN_DIR/config.yaml)."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,175 @@
+"""Rollouts: the policy plays each environment task G times, all episodes stepping in lockstep so
+that every step of every unfinished episode goes into one batched generation.
+
+Each step's sample seed is derive_seed(base_seed, purpose, round, task_id, task_version,
+rollout_idx, step_idx); it is stored in the row so any step can be replayed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlanything_core.base.generation import Engine
+from rlanything_core.base.seeding import derive_seed
+from rlanything_core.envs.common import Episode
+from rlanything_core.envs.interface import Environment, TaskRef
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How the policy samples during a rollout."""
+
+    temperature: float
+    max_new_tokens: int
+    batch_size: int
+
+
+@dataclass(frozen=True)
+class Screens:
+    """Where episodes that take screenshots (gui) keep them."""
+
+    screens: Path | None = None
+    """Screenshots go to screens/<task_id>-v<version>/rollout_<g>/step_<k>.png (None: none)."""
+    root: Path | None = None
+    """Screenshot paths are recorded relative to this directory (the run directory)."""
+
+    def shots(self, task: TaskRef, g: int) -> tuple[Path | None, Path | None]:
+        """The screenshot directory of rollout g of `task`, and the root paths are relative to."""
+        if self.screens is None:
+            return None, None
+        return self.screens / f"{task.task_id}-v{task.task_version}" / f"rollout_{g}", self.root
+
+
+def play(
+    engine: Engine,
+    env: Environment,
+    tasks: Sequence[TaskRef],
+    *,
+    rollouts_per_task: int,
+    round_idx: int,
+    base_seed: int,
+    checkpoint: str,
+    sampling: Sampling,
+    purpose: str = "rollout",
+    screens: Screens | None = None,
+    on_episodes: Callable[[int], None] | None = None,
+) -> list[dict[str, object]]:
+    """Play every task `rollouts_per_task` times; return one row per step (the rollouts schema).
+
+    `purpose` separates the seed streams of the round's rollouts and of acceptance checks.
+    `env` makes the episodes, inside its `session()` (gui: Chromium runs while they play);
+    `screens` says where screenshots go.
+    `on_episodes(n)` is called after each lockstep step with the number of episodes that ended.
+    """
+    screens = screens or Screens()
+    with env.session():
+        episodes = [
+            (task, g, env.new_episode(task.spec, *screens.shots(task, g)))
+            for task in tasks
+            for g in range(rollouts_per_task)
+        ]
+        rows = _step_all(
+            engine,
+            episodes,
+            round_idx,
+            base_seed,
+            checkpoint,
+            sampling,
+            purpose,
+            1 if env.serial else env.act_workers,
+            on_episodes,
+        )
+    flat: list[dict[str, object]] = []
+    for (_, _, ep), steps in zip(episodes, rows, strict=True):
+        for row in steps:
+            row["outcome"] = 1 if ep.success else -1
+            row["num_steps"] = ep.steps_taken
+        flat += steps
+    return flat
+
+
+def _step_all(
+    engine: Engine,
+    episodes: list[tuple[TaskRef, int, Episode]],
+    round_idx: int,
+    base_seed: int,
+    checkpoint: str,
+    sampling: Sampling,
+    purpose: str,
+    workers: int,
+    on_episodes: Callable[[int], None] | None,
+) -> list[list[dict[str, object]]]:
+    """Step every episode in lockstep until all are done; one list of rows per episode.
+    `workers`: threads that call `act` (1: in this thread, for environments whose engines
+    belong to it, such as Playwright's or TextWorld's)."""
+    rows: list[list[dict[str, object]]] = [[] for _ in episodes]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        while True:
+            active = [i for i, (_, _, ep) in enumerate(episodes) if not ep.done]
+            if not active:
+                break
+            shown = [
+                (episodes[i][2].observation, episodes[i][2].steps_taken, episodes[i][2].screenshot)
+                for i in active
+            ]
+            seeds = [
+                derive_seed(
+                    base_seed,
+                    purpose,
+                    round_idx,
+                    episodes[i][0].task_id,
+                    episodes[i][0].task_version,
+                    episodes[i][1],
+                    episodes[i][2].steps_taken,
+                )
+                for i in active
+            ]
+            outs = engine.generate(
+                [episodes[i][2].messages() for i in active],
+                seeds,
+                max_new_tokens=sampling.max_new_tokens,
+                temperature=sampling.temperature,
+                batch_size=sampling.batch_size,
+            )
+            # Moves run in parallel threads (coding: tests in the sandbox) unless the
+            # environment is serial (its engines belong to this thread).
+            mapper = map if workers == 1 else pool.map
+            moves = list(
+                mapper(lambda i, o: episodes[i][2].act(o.text), active, outs)  # type: ignore[misc]
+            )
+            for i, seed, out, (observation, step_idx, screenshot), move in zip(
+                active, seeds, outs, shown, moves, strict=True
+            ):
+                task, g, ep = episodes[i]
+                rows[i].append(
+                    {
+                        "round": round_idx,
+                        "task_id": task.task_id,
+                        "task_version": task.task_version,
+                        "rollout_idx": g,
+                        "step_idx": step_idx,
+                        "seed": seed,
+                        "checkpoint": checkpoint,
+                        "goal": ep.goal_text,
+                        "observation": observation,
+                        "prompt": engine.decode(out.prompt_token_ids),
+                        "response": out.text,
+                        "action": move.action,
+                        "action_valid": move.valid,
+                        "next_observation": move.observation,
+                        "progress": move.progress,
+                        "done": move.done,
+                        "pass_fraction": move.pass_fraction,
+                        "screenshot": screenshot,
+                        "prompt_token_ids": out.prompt_token_ids,
+                        "response_token_ids": out.token_ids,
+                        "sampler_logprobs": out.logprobs,
+                        "finish_reason": out.finish_reason,
+                    }
+                )
+            if on_episodes is not None:
+                on_episodes(sum(episodes[i][2].done for i in active))
+    return rows

@@ -1,0 +1,320 @@
+"""The run directory: where every file of a training run lives, and which stages have finished.
+
+A stage writes its datasets and checkpoints first and its marker (`_stages/<stage>.json`: outputs,
+metrics, seconds, and the size and sha256 of every output file) last, atomically. A stage with a
+marker is finished, and resume skips it once its files still match the marker; a stage without
+one is redone from the start, overwriting whatever half-done output it left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rlanything_core.base.atomic import atomic_path
+from rlanything_core.run.config import ConfigError, RunConfig, dump_config, load_config
+
+ROLES = ("policy", "reward_model")
+WARM_START = -1  # the round index of the warm start's stage (before round 0)
+EXPLOITATION = -2  # the round index of an RLoop cycle's exploitation stages (after its rounds)
+
+
+def write_json(path: Path, data: Any) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+class RunDirError(RuntimeError):
+    """A file of a finished stage is missing, truncated or changed; the message names it."""
+
+
+def _holder(fd: int) -> dict[str, Any] | None:
+    """The process a lock file names (pid, host, since), or None when it is empty or unreadable."""
+    raw = os.pread(fd, 4096, 0)
+    try:
+        found = json.loads(raw) if raw.strip() else None
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+HASH_LIMIT = 512 * 2**20
+# What atomic_path / atomic_dir leave behind when the process dies mid-write.
+_PARTIAL = re.compile(r"^\..+\.(?:tmp|old)-(\d+)-[0-9a-f]{8}$")
+
+
+class RunDir:
+    """Paths of one run. Layout (users read these files; names are stable):
+
+    config.yaml, summary.json, state.json,
+    round_NNN/{tasks,rollouts,judgments,unit_tests,policy_samples,rm_samples,test_samples,
+    candidates,acceptance}.parquet,
+    round_NNN/_stages/<stage>.json, checkpoints/{policy,reward_model}/round_NNN/;
+    warm_start/ and checkpoints/<role>/warm_start/; with evaluation.every, eval/step_NNN/ (the
+    learning curve) and plots/learning_curve.png; an RLoop cycle also has
+    exploitation/{harvest,expert_set}.parquet, exploitation/_stages/ and
+    checkpoints/policy/refined/.
+    """
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root).resolve()
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[dict[str, Any] | None]:
+        """Hold the run directory for this process while the block runs: one run directory,
+        one process. A second holder stops at once with a RunDirError naming the first one's
+        PID and host. The lock (`.lock`, an flock the kernel drops when its process dies) records
+        its holder and is emptied on a clean exit; a record found on entry is a process that
+        died holding it, taken over here and yielded (None otherwise)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                held = _holder(fd) or {}
+                raise RunDirError(
+                    f"{self.root} is in use by PID {held.get('pid', '?')} on host "
+                    f"{held.get('host', '?')} (since {held.get('since', '?')}): one run directory "
+                    "takes one process. Wait for it to finish or stop it, or choose another "
+                    "--run-dir."
+                ) from None
+            left = _holder(fd)
+            me = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.ctime()}
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(me).encode(), 0)
+            os.fsync(fd)
+            try:
+                yield left
+            finally:
+                os.ftruncate(fd, 0)
+        finally:
+            os.close(fd)
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def summary_path(self) -> Path:
+        return self.root / "summary.json"
+
+    @property
+    def state_path(self) -> Path:
+        return self.root / "state.json"
+
+    def round_dir(self, round_idx: int) -> Path:
+        return self.root / f"round_{round_idx:03d}"
+
+    def dataset(self, round_idx: int, name: str) -> Path:
+        return self.round_dir(round_idx) / f"{name}.parquet"
+
+    def checkpoint(self, role: str, round_idx: int) -> Path:
+        return self.root / "checkpoints" / role / f"round_{round_idx:03d}"
+
+    def warm_start_checkpoint(self, role: str) -> Path:
+        return self.root / "checkpoints" / role / "warm_start"
+
+    def model_before(self, role: str, round_idx: int, source: str) -> str:
+        """The checkpoint a round starts from: the latest one written before it, else the warm
+        start's, else `source`."""
+        for r in range(round_idx - 1, -1, -1):
+            path = self.checkpoint(role, r)
+            if path.is_dir():
+                return str(path)
+        warm = self.warm_start_checkpoint(role)
+        return str(warm) if warm.is_dir() else source
+
+    def label(self, model: str) -> str:
+        """How a model appears in provenance columns: run-relative for checkpoints of this run."""
+        path = Path(model)
+        return str(path.relative_to(self.root)) if path.is_relative_to(self.root) else model
+
+    # -- stage markers ----------------------------------------------------------------------
+
+    def phase_dir(self, round_idx: int) -> Path:
+        """Where a stage keeps its files: round_NNN/, or for round_idx WARM_START the warm start's
+        directory, for EXPLOITATION an RLoop cycle's exploitation directory."""
+        if round_idx >= 0:
+            return self.round_dir(round_idx)
+        return self.root / {WARM_START: "warm_start", EXPLOITATION: "exploitation"}[round_idx]
+
+    def marker(self, round_idx: int, stage: str) -> Path:
+        return self.phase_dir(round_idx) / "_stages" / f"{stage}.json"
+
+    def refined_checkpoint(self) -> Path:
+        """RLoop: the cycle's start policy fine-tuned on its expert set."""
+        return self.root / "checkpoints" / "policy" / "refined"
+
+    def finished(self, round_idx: int, stage: str) -> dict[str, Any] | None:
+        """A finished stage's record, its outputs as paths under this run directory (markers
+        store them relative to it, so a moved or copied run directory resumes), or None."""
+        path = self.marker(round_idx, stage)
+        return self._absolute(_read_marker(path)) if path.is_file() else None
+
+    def _absolute(self, record: dict[str, Any]) -> dict[str, Any]:
+        outputs = {k: str(self.root / v) for k, v in record.get("outputs", {}).items()}
+        return {**record, "outputs": outputs}
+
+    def output_files(self, outputs: dict[str, str]) -> dict[str, dict[str, Any]]:
+        """Size and sha256 of every file of `outputs` (files, or checkpoint directories), keyed by
+        their path relative to the run directory."""
+        files: dict[str, dict[str, Any]] = {}
+        for value in outputs.values():
+            path = Path(value)
+            found = sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
+            for f in found:
+                if f.is_file():
+                    files[self.label(str(f.resolve()))] = {
+                        "bytes": f.stat().st_size,
+                        "sha256": sha256_file(f),
+                    }
+        return files
+
+    def verify(
+        self, round_idx: int, stage: str, record: dict[str, Any], marker: Path | None = None
+    ) -> None:
+        """Check that the files a finished stage wrote are still what its marker records; raise
+        RunDirError naming the first file that is missing, truncated or changed. Files larger
+        than HASH_LIMIT (full-model weights) are checked by size only, so that resuming a run
+        with many large checkpoints stays quick."""
+        marker = marker or self.marker(round_idx, stage)
+        for name, expected in sorted(record.get("files", {}).items()):
+            path = self.root / name
+            if not path.is_file():
+                problem = "is missing"
+            elif path.stat().st_size != expected["bytes"]:
+                size = path.stat().st_size
+                problem = f"has {size} bytes where {expected['bytes']} were written (truncated?)"
+            elif expected["bytes"] <= HASH_LIMIT and sha256_file(path) != expected["sha256"]:
+                problem = "differs from what was written (sha256 mismatch: corrupted or edited)"
+            else:
+                continue
+            raise RunDirError(
+                f"{path} {problem}; the {stage} stage wrote it and finished (marker {marker}). "
+                "Restore the file from a backup, or delete that marker and the markers of the "
+                "stages after it so that resume redoes them."
+            )
+
+    def verify_all(self) -> int:
+        """Check every finished stage of the run (all rounds, warm start, RLoop phases) against
+        its marker; raise RunDirError naming the first bad file. Returns the markers checked."""
+        markers = sorted(self.root.rglob("_stages/*.json"))
+        for path in markers:
+            record = _read_marker(path)
+            self.verify(int(record.get("round", 0)), path.stem, record, path)
+        return len(markers)
+
+    def sweep_partial(self) -> list[Path]:
+        """Remove what a killed process left mid-write (hidden `.name.tmp-<pid>-…` and
+        `.name.old-<pid>-…` files and checkpoint directories of processes no longer alive);
+        return what was removed."""
+        removed = []
+        for path in self.root.rglob(".*"):
+            match = _PARTIAL.match(path.name)
+            if match is None or _alive(int(match.group(1))):
+                continue
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            removed.append(path)
+        return removed
+
+    def finish(
+        self,
+        round_idx: int,
+        stage: str,
+        outputs: dict[str, str],
+        metrics: dict[str, float],
+        seconds: float,
+    ) -> dict[str, Any]:
+        record = {
+            "stage": stage,
+            "round": round_idx,
+            "outputs": {k: self.label(v) for k, v in outputs.items()},
+            "files": self.output_files(outputs),
+            "metrics": metrics,
+            "seconds": seconds,
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        write_json(self.marker(round_idx, stage), record)
+        return self._absolute(record)
+
+    # -- config and state -------------------------------------------------------------------
+
+    def init(self, config: RunConfig) -> None:
+        """Write config.yaml, or check that an existing one is the same config. A config that
+        differs only in `rounds` continues the run (more rounds) or ends it sooner, but never
+        below the rounds summary.json lists as done; config.yaml then takes the new count."""
+        if self.config_path.is_file():
+            existing = load_config(self.config_path)
+            if existing == config:
+                return
+            if existing.model_copy(update={"rounds": config.rounds}) != config:
+                raise ConfigError(
+                    f"{self.root} already holds a run with a different config; continue it with "
+                    f"`rlanything resume --run-dir {self.root}` or choose a new --run-dir."
+                )
+            done = (
+                len(json.loads(self.summary_path.read_text())["rounds"])
+                if self.summary_path.is_file()
+                else 0
+            )
+            if config.rounds < done:
+                raise ConfigError(
+                    f"{self.root} has {done} round(s) done; rounds: {config.rounds} would "
+                    f"undo some. Give rounds >= {done} to continue it."
+                )
+        self.root.mkdir(parents=True, exist_ok=True)
+        with atomic_path(self.config_path) as tmp:
+            tmp.write_text(dump_config(config))
+
+    def load_state(self) -> dict[str, Any]:
+        return json.loads(self.state_path.read_text()) if self.state_path.is_file() else {}
+
+    def save_state(self, state: dict[str, Any]) -> None:
+        write_json(self.state_path, state)
+
+
+def _read_marker(path: Path) -> dict[str, Any]:
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        record = f"unreadable ({exc})"
+    if not isinstance(record, dict):
+        raise RunDirError(
+            f"{path}: the stage marker is {record if isinstance(record, str) else 'not a marker'}"
+            f". Delete it, and resume redoes the {path.stem} stage."
+        )
+    return record
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
