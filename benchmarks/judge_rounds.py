@@ -14,7 +14,7 @@ import argparse
 from pathlib import Path
 
 from rlanything_core.base.schemas import read_dataset
-from rlanything_core.method.signals import judge_metrics
+from rlanything_core.method.signals import judge_metrics, verdict_matrix
 from rlanything_core.run.config import load_config
 from rlanything_core.run.rundir import RunDir
 
@@ -37,9 +37,8 @@ def main() -> None:
         r = 0
         while run.dataset(r, "judgments").is_file():
             rollouts = read_dataset(run.dataset(r, "rollouts"), "rollouts")
-            m = judge_metrics(
-                rollouts, read_dataset(run.dataset(r, "judgments"), "judgments"), votes
-            )
+            judgments = read_dataset(run.dataset(r, "judgments"), "judgments")
+            m = judge_metrics(rollouts, verdict_matrix(rollouts, judgments, votes))
             episodes = rollouts.drop_duplicates(["task_id", "task_version", "rollout_idx"])
             print(
                 f"| {Path(root)} | {r} | {m['steps']:.0f} | {len(episodes)} | "

@@ -25,7 +25,7 @@ from rlanything_core.models.checkpoints import make_optimizer
 from rlanything_core.models.loading import load_model
 from rlanything_core.models.modelling import generate, response_logprobs
 from rlanything_core.models.sft import micro_batches, tokenize_demos
-from tasks.warm_start import warm_start_demos
+from rlanything_core.run.warm_start import warm_start_demos
 
 DTYPES = ("float32", "fastest-mixed")
 

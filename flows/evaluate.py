@@ -23,7 +23,7 @@ from rlanything_core.base.schemas import read_dataset, rows_frame, write_dataset
 from rlanything_core.base.seeding import derive_seed
 from rlanything_core.envs.interface import TaskRef
 from rlanything_core.method.rloop import episodes, pass_at_k_per_task
-from rlanything_core.method.signals import judge_metrics, task_key, test_samples
+from rlanything_core.method.signals import judge_metrics, task_key, test_samples, verdict_matrix
 from rlanything_core.method.stats import accuracy, as_metrics
 from rlanything_core.models.engines import open_engine
 from rlanything_core.run.config import RunConfig
@@ -166,7 +166,9 @@ def reward_model_metrics(
     `eval/<split>/rm_<name>` (its steps as `rm_steps`), and the share of unparsed votes."""
     metrics = {
         f"eval/{split}/rm_{name}": value
-        for name, value in judge_metrics(rollouts, judgments, votes).items()
+        for name, value in judge_metrics(
+            rollouts, verdict_matrix(rollouts, judgments, votes)
+        ).items()
     }
     metrics[f"eval/{split}/rm_parse_failure_rate"] = float(judgments["verdict"].isna().mean())
     return metrics

@@ -30,7 +30,7 @@ from rlanything_core.base.schemas import read_dataset, write_dataset
 from rlanything_core.base.seeding import derive_seed
 from rlanything_core.run.config import RunConfig
 from rlanything_core.run.rundir import EXPLOITATION, RunDir, write_json
-from tasks.common import StageRun, run_stage
+from tasks.common import StageChain
 from tasks.rloop import EXPLOITATION_STAGES
 
 
@@ -68,11 +68,9 @@ def _cycle(base: RunConfig, root: RunDir, c: int, rloop_id: str) -> dict[str, An
     with Tracker(run, config, flow_run.get_id(), parent_run_id=rloop_id).finishing() as tracker:
         rounds = train_rounds(config, run, tracker)["rounds"]
         metrics: dict[str, float] = {}
-        done: list[StageRun] = []  # kept until the cycle ends (`run_stage`: no recycled ids)
+        chain = StageChain(config, str(run.root), EXPLOITATION, {})
         for stage in EXPLOITATION_STAGES:
-            upstream = done[-1] if done else None
-            done.append(run_stage(stage, config, str(run.root), EXPLOITATION, upstream))
-            metrics |= done[-1].record["metrics"]
+            metrics |= chain(stage)["metrics"]
         refined = run.refined_checkpoint()
         if config.rloop.evaluate:
             metrics |= _evaluate(config, run, str(refined), tracker.parent_id)

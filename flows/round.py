@@ -14,7 +14,7 @@ from rlanything_core.run.config import RunConfig
 from rlanything_core.run.rundir import RunDir
 from tasks.adaptation import acceptance_check, task_rewriting
 from tasks.advantages import advantage_computation
-from tasks.common import StageRun, run_stage
+from tasks.common import StageChain
 from tasks.scoring import reward_scoring, rollout
 from tasks.updates import policy_update, rm_update
 
@@ -33,13 +33,14 @@ SUMMARY_METRICS = (
 def rlanything_round(config: RunConfig, run_dir: str, round_idx: int) -> dict[str, float]:
     """rollout → reward-scoring → advantage-computation → policy-update → rm-update →
     task-rewriting → acceptance-check, each handed the record of the stage before it (the
-    graph's edges). Returns the round's metrics (timing/<stage>_s included)."""
+    graph's edges) and the datasets it reads, by path: the round's task pool and what the
+    stages before it wrote. Returns the round's metrics (timing/<stage>_s included)."""
     metrics: dict[str, float] = {}
-    done: list[StageRun] = []  # kept until the round ends (`run_stage`: no recycled ids)
+    pool = str(RunDir(run_dir).dataset(round_idx, "tasks"))
+    chain = StageChain(config, run_dir, round_idx, {"tasks": pool})
 
     def step(stage: Any) -> None:
-        done.append(run_stage(stage, config, run_dir, round_idx, done[-1] if done else None))
-        record = done[-1].record
+        record = chain(stage)
         metrics.update(record["metrics"])
         metrics[f"timing/{record['stage'].replace('-', '_')}_s"] = float(record["seconds"])
 

@@ -4,30 +4,34 @@ from __future__ import annotations
 
 import pandas as pd
 
-from rlanything_core.base.schemas import read_dataset
-from rlanything_core.method.signals import policy_samples, rm_samples, test_samples
+from rlanything_core.method.signals import (
+    policy_samples,
+    rm_samples,
+    test_samples,
+    verdict_matrix,
+)
 from rlanything_core.run.config import RunConfig
-from rlanything_core.run.rundir import RunDir
+from rlanything_core.run.rundir import Inputs, RunDir
 from tasks.common import stage_task
 from tasks.playing import (
     Metrics,
     Outputs,
-    write_rows,
 )
 
 
 @stage_task("advantage-computation")
-def advantage_computation(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics]:
+def advantage_computation(
+    config: RunConfig, run: RunDir, r: int, inputs: Inputs
+) -> tuple[Outputs, Metrics]:
     """Integrated feedback and advantages for the policy; consistency feedback for the RM."""
-    rollouts = read_dataset(run.dataset(r, "rollouts"), "rollouts")
-    judgments = (
-        read_dataset(run.dataset(r, "judgments"), "judgments") if config.uses_reward_model else None
-    )
+    rollouts = inputs.read("rollouts")
+    judgments = inputs.read("judgments") if config.uses_reward_model else None
+    # The (N, m) verdicts, pivoted once for the policy's and the RM's signals and metrics.
+    verdicts = None if judgments is None else verdict_matrix(rollouts, judgments, config.rm_votes)
     adv = config.advantage
     policy, metrics = policy_samples(
         rollouts,
-        judgments,
-        votes=config.rm_votes,
+        verdicts,
         lam=adv.lam,
         estimator=adv.estimator,
         singleton=adv.singleton,
@@ -38,31 +42,31 @@ def advantage_computation(config: RunConfig, run: RunDir, r: int) -> tuple[Outpu
         grouping=adv.grouping,
         outcome_weight=adv.outcome_weight,
     )
-    outputs = {"policy_samples": write_rows(policy, run, r, "policy_samples")}
+    outputs = {"policy_samples": run.write(policy, r, "policy_samples")}
     rm_rows: pd.DataFrame | list[dict[str, object]] = []
     test_rows: pd.DataFrame | list[dict[str, object]] = []
     if judgments is not None and config.writes_unit_tests:
         test_rows, rm_metrics = test_samples(
             rollouts,
-            read_dataset(run.dataset(r, "unit_tests"), "unit_tests"),
+            inputs.read("unit_tests"),
             judgments,
             invalid_penalty=config.reward_model.parse_failure_penalty,
             eps=adv.eps,
             band=config.reward_model.accuracy_band,
         )
         metrics |= rm_metrics
-    elif judgments is not None:
+    elif judgments is not None and verdicts is not None:
         rm_rows, rm_metrics = rm_samples(
             rollouts,
             judgments,
+            verdicts,
             policy,
-            votes=config.reward_model.votes,
             parse_failure_penalty=config.reward_model.parse_failure_penalty,
             eps=adv.eps,
             band=config.reward_model.accuracy_band,
             outcome_weight=adv.outcome_weight,
         )
         metrics |= rm_metrics
-    outputs["rm_samples"] = write_rows(rm_rows, run, r, "rm_samples")
-    outputs["test_samples"] = write_rows(test_rows, run, r, "test_samples")
+    outputs["rm_samples"] = run.write(rm_rows, r, "rm_samples")
+    outputs["test_samples"] = run.write(test_rows, r, "test_samples")
     return outputs, metrics

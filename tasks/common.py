@@ -21,9 +21,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from rlanything_core.base import failpoints
 from rlanything_core.run.config import RunConfig
-from rlanything_core.run.rundir import EXPLOITATION, WARM_START, RunDir, sha256_file
+from rlanything_core.run.rundir import EXPLOITATION, WARM_START, Inputs, RunDir, sha256_file
 
-StageBody = Callable[[RunConfig, RunDir, int], tuple[dict[str, str], dict[str, float]]]
+StageBody = Callable[[RunConfig, RunDir, int, Inputs], tuple[dict[str, str], dict[str, float]]]
+"""A stage's body: (config, run directory, round, the datasets it reads) → (outputs, metrics)."""
 
 _TRANSIENT_ERRNOS = {errno.EAGAIN, errno.EBUSY, errno.EIO, errno.ETIMEDOUT, errno.EINTR}
 
@@ -52,9 +53,10 @@ def stage_task(name: str) -> Callable[[StageBody], Any]:
     named "Skipped", its message naming the marker and the marker's sha256, so the Prefect UI
     tells a resumed stage from one that ran. Retried twice on transient errors.
 
-    `upstream` is the record of the stage before it (None for the first): its outputs, which
-    this stage reads, are checked against that record before the body runs, and passing it
-    makes Prefect draw the pipeline's edge from that stage's task run to this one.
+    `upstream` is the record of the stage before it (None for the first): its outputs are
+    checked against that record before the body runs, and passing it makes Prefect draw the
+    pipeline's edge from that stage's task run to this one. `inputs`: the datasets the body
+    reads, name → path (`Inputs`), as the flow hands them over from the stages before.
     """
 
     def wrap(body: StageBody) -> Any:
@@ -68,7 +70,11 @@ def stage_task(name: str) -> Callable[[StageBody], Any]:
             cache_policy=NO_CACHE,
         )
         def run(
-            config: RunConfig, run_dir: str, round_idx: int, upstream: dict[str, Any] | None = None
+            config: RunConfig,
+            run_dir: str,
+            round_idx: int,
+            upstream: dict[str, Any] | None = None,
+            inputs: dict[str, str] | None = None,
         ) -> Any:
             run = RunDir(run_dir)
             if upstream is not None:
@@ -84,7 +90,7 @@ def stage_task(name: str) -> Callable[[StageBody], Any]:
                 return Completed(name="Skipped", message=message, data=done)
             start = time.perf_counter()
             with failpoints.in_stage(round_idx, name):
-                outputs, metrics = body(config, run, round_idx)
+                outputs, metrics = body(config, run, round_idx, Inputs(run, round_idx, inputs))
             return run.finish(round_idx, name, outputs, metrics, time.perf_counter() - start)
 
         return run
@@ -106,10 +112,12 @@ def run_stage(
     run_dir: str,
     round_idx: int,
     upstream: StageRun | None = None,
+    inputs: dict[str, str] | None = None,
 ) -> StageRun:
     """Call a `stage_task`, whether the stage runs or is skipped; an error in the stage is
     raised as it was. `upstream`: the stage before it, whose record the task receives and
-    whose task run Prefect draws as its parent in the flow run's graph.
+    whose task run Prefect draws as its parent in the flow run's graph. `inputs`: the datasets
+    the stage reads, name → path.
 
     Prefect links a task to earlier results by the `id()` of the objects it is handed, their
     components included, and keeps only the ids of plain dicts: an address that a freed result
@@ -122,10 +130,35 @@ def run_stage(
         run_dir,
         round_idx,
         upstream=None if upstream is None else quote(upstream.record),
+        inputs=None if inputs is None else quote(inputs),
         wait_for=None if upstream is None else [upstream.state],
         return_state=True,
     )
     return StageRun(state.result(), state)
+
+
+class StageChain:
+    """Runs stage tasks one after the other (a round's seven, RLoop's three), handing each the
+    record of the stage before it and every dataset the earlier ones wrote, by name (`Inputs`).
+    Keeps every StageRun until the chain is dropped (`run_stage`: no recycled ids)."""
+
+    def __init__(
+        self, config: RunConfig, run_dir: str, round_idx: int, inputs: dict[str, str]
+    ) -> None:
+        self.config, self.run_dir, self.round_idx = config, run_dir, round_idx
+        self.inputs = dict(inputs)
+        self.done: list[StageRun] = []
+
+    def __call__(self, stage: Any) -> dict[str, Any]:
+        """Run (or skip, when finished before) `stage`; its record."""
+        upstream = self.done[-1] if self.done else None
+        ran = run_stage(
+            stage, self.config, self.run_dir, self.round_idx, upstream, dict(self.inputs)
+        )
+        self.done.append(ran)
+        outputs = ran.record["outputs"]
+        self.inputs |= {k: v for k, v in outputs.items() if str(v).endswith(".parquet")}
+        return ran.record
 
 
 def _run_name(stage: str) -> str:

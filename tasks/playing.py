@@ -14,7 +14,6 @@ from prefect.cache_policies import NO_CACHE
 from prefect_dask import DaskTaskRunner
 
 from rlanything_core.base.generation import Engine
-from rlanything_core.base.schemas import rows_frame, write_dataset
 from rlanything_core.envs.interface import TaskRef, WritesUnitTests
 from rlanything_core.models.config import ModelConfig
 from rlanything_core.models.engines import open_engine
@@ -192,11 +191,6 @@ def play_shard(
         purpose=purpose,
         screens=Screens(screens, root),
     )
-
-
-def write_rows(rows: list[dict[str, object]] | pd.DataFrame, run: RunDir, r: int, name: str) -> str:
-    frame = rows if isinstance(rows, pd.DataFrame) else rows_frame(rows, name)
-    return str(write_dataset(frame, run.dataset(r, name), name))
 
 
 def unit_test_votes(

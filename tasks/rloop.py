@@ -9,13 +9,13 @@ import math
 
 import pandas as pd
 
-from rlanything_core.base.schemas import SCHEMAS, read_dataset, write_dataset
+from rlanything_core.base.schemas import SCHEMAS, write_dataset
 from rlanything_core.base.seeding import derive_seed
 from rlanything_core.method.rloop import episodes, expert_steps
 from rlanything_core.models.modelling import with_eos
 from rlanything_core.models.training import sft_finetune
 from rlanything_core.run.config import RunConfig
-from rlanything_core.run.rundir import EXPLOITATION, RunDir
+from rlanything_core.run.rundir import EXPLOITATION, Inputs, RunDir
 from tasks.common import progress, stage_task
 
 Outputs = dict[str, str]
@@ -27,13 +27,14 @@ def _path(run: RunDir, name: str) -> str:
 
 
 @stage_task("harvest-trajectories")
-def harvest_trajectories(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics]:
+def harvest_trajectories(
+    config: RunConfig, run: RunDir, r: int, inputs: Inputs
+) -> tuple[Outputs, Metrics]:
     """The rollouts of the cycle's harvested rounds, played by its intermediate checkpoints,
-    with their outcomes, in one file (the rollouts schema)."""
+    with their outcomes, in one file (the rollouts schema). Its input is the cycle's training
+    rounds, read from the run directory, not `inputs`."""
     rounds = config.rloop.harvest_rounds or list(range(config.rloop.rounds_per_cycle))
-    frame = pd.concat(
-        [read_dataset(run.dataset(k, "rollouts"), "rollouts") for k in rounds], ignore_index=True
-    )
+    frame = pd.concat([run.read(k, "rollouts") for k in rounds], ignore_index=True)
     path = write_dataset(frame, _path(run, "harvest"), "rollouts")
     played = episodes(frame)
     return {"harvest": str(path)}, {
@@ -43,10 +44,12 @@ def harvest_trajectories(config: RunConfig, run: RunDir, r: int) -> tuple[Output
 
 
 @stage_task("build-expert-set")
-def build_expert_set(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics]:
+def build_expert_set(
+    config: RunConfig, run: RunDir, r: int, inputs: Inputs
+) -> tuple[Outputs, Metrics]:
     """Successful trajectories on hard tasks (success rate over the harvest below
     `rloop.hard_threshold`): the expert set."""
-    harvest = read_dataset(_path(run, "harvest"), "rollouts")
+    harvest = inputs.read("harvest", "rollouts")
     steps, hard = expert_steps(harvest, config.rloop.hard_threshold)
     path = write_dataset(steps[SCHEMAS["expert_set"].names], _path(run, "expert_set"), "expert_set")
     return {"expert_set": str(path)}, {
@@ -57,11 +60,11 @@ def build_expert_set(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, M
 
 
 @stage_task("sft-update")
-def sft_update(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics]:
+def sft_update(config: RunConfig, run: RunDir, r: int, inputs: Inputs) -> tuple[Outputs, Metrics]:
     """Rejection-sampling fine-tuning: the cycle's start policy (not its last RL checkpoint)
     fine-tuned on the expert set → checkpoints/policy/refined, the next cycle's start. An empty
     expert set leaves the start policy unchanged."""
-    expert = read_dataset(_path(run, "expert_set"), "expert_set")
+    expert = inputs.read("expert_set")
     rl, policy = config.rloop, config.policy
     out = run.refined_checkpoint()
     steps = rl.sft_epochs * math.ceil(len(expert) / rl.sft_micro_batch_size)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from rlanything_core.base.schemas import read_dataset
+import pandas as pd
+
 from rlanything_core.envs.interface import TaskRef
 from rlanything_core.models.engines import open_engine
 from rlanything_core.run.config import RunConfig
 from rlanything_core.run.pool import round_batch
-from rlanything_core.run.rundir import RunDir
+from rlanything_core.run.rundir import Inputs, RunDir
 from tasks.common import stage_task
 from tasks.playing import (
     Metrics,
@@ -15,38 +16,38 @@ from tasks.playing import (
     judge_steps,
     play_policy,
     unit_test_votes,
-    write_rows,
 )
 
 
-def round_tasks(config: RunConfig, run: RunDir, r: int) -> list[TaskRef]:
-    """The tasks round r plays: its batch of the pool (`environment.tasks_per_round`)."""
-    pool = read_dataset(run.dataset(r, "tasks"), "tasks")
+def round_tasks(config: RunConfig, pool: pd.DataFrame, r: int) -> list[TaskRef]:
+    """The tasks round r plays: its batch of the `pool` (`environment.tasks_per_round`)."""
     return round_batch(pool, config.environment, config.seed, r)
 
 
 @stage_task("rollout")
-def rollout(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics]:
+def rollout(config: RunConfig, run: RunDir, r: int, inputs: Inputs) -> tuple[Outputs, Metrics]:
     """The policy plays every task of the round's batch (the whole pool by default) G times."""
-    tasks = round_tasks(config, run, r)
+    tasks = round_tasks(config, inputs.read("tasks"), r)
     source = run.model_before("policy", r, config.policy.model.source)
     rows = play_policy(config, run, r, source, tasks, "rollout")
-    return {"rollouts": write_rows(rows, run, r, "rollouts")}, {"rollout/steps": float(len(rows))}
+    return {"rollouts": run.write(rows, r, "rollouts")}, {"rollout/steps": float(len(rows))}
 
 
 @stage_task("reward-scoring")
-def reward_scoring(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics]:
+def reward_scoring(
+    config: RunConfig, run: RunDir, r: int, inputs: Inputs
+) -> tuple[Outputs, Metrics]:
     """The reward model judges every step m times, or (unit-test mode) writes tests for every
     task that every program then runs on; nothing in outcome-only mode."""
     rows: list[dict[str, object]] = []
     tests: list[dict[str, object]] = []
     if config.uses_reward_model:
-        rollouts = read_dataset(run.dataset(r, "rollouts"), "rollouts")
+        rollouts = inputs.read("rollouts")
         rm = config.reward_model
         source = run.model_before("reward_model", r, rm.model.source)
         engine = open_engine(rm.model, source, "reward_model", rm.update.lora_rank)
         if config.writes_unit_tests:
-            pool = round_tasks(config, run, r)
+            pool = round_tasks(config, inputs.read("tasks"), r)
             tests, rows = unit_test_votes(
                 config, engine, rollouts, pool, run.label(source), r, f"round {r}"
             )
@@ -61,7 +62,7 @@ def reward_scoring(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Met
                 description=f"round {r} reward scoring",
             )
     outputs = {
-        "judgments": write_rows(rows, run, r, "judgments"),
-        "unit_tests": write_rows(tests, run, r, "unit_tests"),
+        "judgments": run.write(rows, r, "judgments"),
+        "unit_tests": run.write(tests, r, "unit_tests"),
     }
     return outputs, {"reward_model/votes": float(len(rows))}

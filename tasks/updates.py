@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from rlanything_core.base.schemas import read_dataset
 from rlanything_core.base.seeding import derive_seed
 from rlanything_core.method.signals import STEP_KEY
 from rlanything_core.models.config import ModelConfig, UpdateConfig
 from rlanything_core.models.training import rl_update, select_samples
 from rlanything_core.run.config import RunConfig
-from rlanything_core.run.rundir import RunDir
+from rlanything_core.run.rundir import Inputs, RunDir
 from tasks.common import progress, stage_task
 from tasks.playing import (
     Metrics,
@@ -57,7 +56,9 @@ def _update(
 
 
 @stage_task("policy-update")
-def policy_update(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics]:
+def policy_update(
+    config: RunConfig, run: RunDir, r: int, inputs: Inputs
+) -> tuple[Outputs, Metrics]:
     """One PPO-clip update of the policy on the kept steps → checkpoints/policy/round_NNN."""
     return _update(
         config,
@@ -66,14 +67,14 @@ def policy_update(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metr
         "policy",
         config.policy.model,
         config.policy.update,
-        read_dataset(run.dataset(r, "policy_samples"), "policy_samples"),
-        read_dataset(run.dataset(r, "rollouts"), "rollouts"),
+        inputs.read("policy_samples"),
+        inputs.read("rollouts"),
         STEP_KEY,
     )
 
 
 @stage_task("rm-update")
-def rm_update(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics]:
+def rm_update(config: RunConfig, run: RunDir, r: int, inputs: Inputs) -> tuple[Outputs, Metrics]:
     """One PPO-clip update of the RM on its kept votes, or its kept generated tests (unit-test
     mode); modes "reward" and "env" only."""
     if not config.trains_reward_model:
@@ -90,7 +91,7 @@ def rm_update(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics]
         "reward_model",
         config.reward_model.model,
         config.reward_model.update,
-        read_dataset(run.dataset(r, signals), signals),
-        read_dataset(run.dataset(r, texts), texts),
+        inputs.read(signals),
+        inputs.read(texts),
         keys,
     )

@@ -7,13 +7,11 @@ import math
 
 from rlanything_core.base import failpoints
 from rlanything_core.base.schemas import rows_frame, write_dataset
-from rlanything_core.base.seeding import derive_seed
-from rlanything_core.envs.demos import Demo
-from rlanything_core.envs.interface import WarmStart
 from rlanything_core.models.sft import tokenize_demos
 from rlanything_core.models.training import sft_finetune
-from rlanything_core.run.config import RunConfig, WarmStartConfig
-from rlanything_core.run.rundir import RunDir
+from rlanything_core.run.config import RunConfig
+from rlanything_core.run.rundir import Inputs, RunDir
+from rlanything_core.run.warm_start import sft_rows, warm_start_demos
 from tasks.common import progress, stage_task
 from tasks.playing import (
     Metrics,
@@ -22,9 +20,10 @@ from tasks.playing import (
 
 
 @stage_task("warm-start")
-def warm_start(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics]:
+def warm_start(config: RunConfig, run: RunDir, r: int, inputs: Inputs) -> tuple[Outputs, Metrics]:
     """Supervised fine-tuning of the policy, the reward model and the environment model on
-    expert-made pairs, once, before round 0 (only those whose warm_start is enabled)."""
+    expert-made pairs, once, before round 0 (only those whose warm_start is enabled). It reads
+    no dataset (`inputs`): its pairs are the environment's demonstrations."""
     outputs: Outputs = {}
     metrics: Metrics = {}
     roles = (
@@ -64,20 +63,7 @@ def warm_start(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics
                 group_by_length=ws.group_by_length,
                 on_step=advance,
             )
-        rows = [
-            {
-                "role": role,
-                "task_id": d.task_id,
-                "step_idx": d.step_idx,
-                "seed": config.seed,
-                "checkpoint": run.label(str(out)),
-                "prompt": str(d.prompt),
-                "response": d.answer,
-                "prompt_token_ids": p,
-                "response_token_ids": a,
-            }
-            for d, (p, a) in zip(demos, pairs, strict=True)
-        ]
+        rows = sft_rows(role, demos, pairs, seed=config.seed, checkpoint=run.label(str(out)))
         path = run.root / "warm_start" / f"{role}_sft.parquet"
         outputs[f"{role}_sft"] = str(
             write_dataset(rows_frame(rows, "sft_samples"), path, "sft_samples")
@@ -86,19 +72,3 @@ def warm_start(config: RunConfig, run: RunDir, r: int) -> tuple[Outputs, Metrics
         metrics[f"{role}/warm_start_loss"] = m["sft_loss"]
         metrics[f"{role}/warm_start_pairs"] = float(len(demos))
     return outputs, metrics
-
-
-def warm_start_demos(config: RunConfig, role: str, ws: WarmStartConfig) -> list[Demo]:
-    """The environment's demonstrations for `role`, judged in the policy's warm-started format."""
-    request = WarmStart(
-        role=role,  # type: ignore[arg-type]
-        episodes=ws.episodes,
-        noise=ws.noise,
-        label_noise=ws.label_noise,
-        explain=(ws if role == "policy" else config.policy.warm_start).explain,
-        specs_seed=derive_seed(config.seed, "warm-start", role) % 2**31,
-        seed=config.seed,
-        judge_mode="unit_tests" if config.writes_unit_tests else "judge",
-        episodes_per_task=ws.episodes_per_task,
-    )
-    return list(config.environment.env.demonstrations(request))

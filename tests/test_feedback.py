@@ -207,7 +207,6 @@ def test_invalid_action_penalty_lowers_the_reward_of_invalid_steps_only() -> Non
         df, metrics = policy_samples(
             rollouts,
             None,
-            votes=0,
             lam=1.0,
             estimator="task",
             singleton="zero",
@@ -249,7 +248,7 @@ def test_state_advantages_group_the_steps_of_one_state_by_hand() -> None:
 
 
 def test_policy_samples_state_grouping_and_outcome_weight() -> None:
-    from rlanything_core.method.signals import policy_samples, rm_samples
+    from rlanything_core.method.signals import policy_samples, rm_samples, verdict_matrix
 
     steps = [(0, 0, "A"), (0, 1, "B"), (1, 0, "A"), (1, 1, "A"), (1, 2, "B")]
     rollouts = _one_task(
@@ -267,8 +266,7 @@ def test_policy_samples_state_grouping_and_outcome_weight() -> None:
     def samples(grouping: str, w: float, judged: bool = True) -> pd.DataFrame:
         df, _ = policy_samples(
             rollouts,
-            judgments if judged else None,
-            votes=1,
+            verdict_matrix(rollouts, judgments, 1) if judged else None,
             lam=1.0,
             estimator="step",
             singleton="raw",
@@ -289,9 +287,10 @@ def test_policy_samples_state_grouping_and_outcome_weight() -> None:
     assert step_only["reward"].tolist() == [1, -1, 1, -1, -1]
     full = samples("step_index", 1.0)
     assert full["reward"].tolist() == [2, 0, 0, -2, -2]
-    kwargs = {"votes": 1, "parse_failure_penalty": -2.0, "eps": EPS, "band": (0.0, 1.0)}
-    rm_w0, _ = rm_samples(rollouts, judgments, step_only, outcome_weight=0.0, **kwargs)
-    rm_w1, _ = rm_samples(rollouts, judgments, full, **kwargs)
+    kwargs = {"parse_failure_penalty": -2.0, "eps": EPS, "band": (0.0, 1.0)}
+    s = verdict_matrix(rollouts, judgments, 1)
+    rm_w0, _ = rm_samples(rollouts, judgments, s, step_only, outcome_weight=0.0, **kwargs)
+    rm_w1, _ = rm_samples(rollouts, judgments, s, full, **kwargs)
     assert rm_w0["step_reward"].tolist() == rm_w1["step_reward"].tolist() == [2, 0, 0, -2, -2]
     assert rm_w0["reward"].tolist() == [2, 0, 0, 2, 2]  # R·S
 

@@ -12,7 +12,6 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
-import tasks.warm_start
 from flows.evaluate import reward_model_metrics
 from rlanything_core.base.schemas import SCHEMAS, read_dataset, rows_frame, to_table, write_dataset
 from rlanything_core.envs.household.world import build_world, parse_spec, plan
@@ -27,6 +26,7 @@ from rlanything_core.run.config import (
 )
 from rlanything_core.run.pool import batch_positions, initial_pool, next_pool, round_batch
 from rlanything_core.run.rundir import RunDir
+from rlanything_core.run.warm_start import warm_start_demos
 from tasks.common import progress as progress_bar
 from tasks.stages import advantage_computation
 
@@ -314,10 +314,10 @@ def test_environment_ranges_shape_the_configured_split_only() -> None:
 def test_warm_start_demos_box_alone_without_explain() -> None:
     config = parse_config({"policy": {"warm_start": {"enabled": True, "explain": False}}})
     ws = config.policy.warm_start
-    answers = {d.answer for d in tasks.warm_start.warm_start_demos(config, "policy", ws)}
+    answers = {d.answer for d in warm_start_demos(config, "policy", ws)}
     assert answers and all(re.fullmatch(r"\\boxed\{\d+\}", a) for a in answers)
     explained = ws.model_copy(update={"explain": True})
-    demos = tasks.warm_start.warm_start_demos(config, "policy", explained)
+    demos = warm_start_demos(config, "policy", explained)
     assert all(d.answer.startswith("I will ") for d in demos)
 
 

@@ -51,9 +51,8 @@ def verdict_matrix(rollouts: pd.DataFrame, judgments: pd.DataFrame, votes: int) 
 
 def policy_samples(
     rollouts: pd.DataFrame,
-    judgments: pd.DataFrame | None,
+    verdicts: np.ndarray | None,
     *,
-    votes: int,
     lam: float,
     estimator: Literal["step", "task"],
     singleton: Literal["raw", "zero"],
@@ -66,20 +65,20 @@ def policy_samples(
 ) -> tuple[pd.DataFrame, dict[str, float]]:
     """Integrated rewards and advantages of every step (the policy_samples schema).
 
-    With `judgments=None` (outcome-only mode) R is the outcome; else R = w·O + λ·mean(S) with
-    w = `outcome_weight`. A step whose answer named no admissible action has
-    `invalid_action_penalty` subtracted from its R. With estimator "step", `grouping` "state"
-    groups a task's steps by the prompt they were taken from (`state_advantages`) instead of by
-    step index. Rows of tasks outside
-    the accuracy `band`, and rows with advantage exactly 0 when `drop_zero_advantage`, stay in the
+    `verdicts`: the (N, m) `verdict_matrix` of `rollouts`. With None (outcome-only mode) R is the
+    outcome; else R = w·O + λ·mean(S) with w = `outcome_weight`. A step whose answer named no
+    admissible action has `invalid_action_penalty` subtracted from its R. With estimator "step",
+    `grouping` "state" groups a task's steps by the prompt they were taken from
+    (`state_advantages`) instead of by step index. Rows of tasks outside the accuracy `band`, and
+    rows with advantage exactly 0 when `drop_zero_advantage`, stay in the
     table with kept=False and advantage 0.
     """
     df = rollouts[[*PROVENANCE, "outcome"]].reset_index(drop=True)
-    if judgments is None:
+    if verdicts is None:
         df["mean_verdict"] = None
         df["reward"] = df["outcome"].astype(np.float64)
     else:
-        s = verdict_matrix(df, judgments, votes)  # (N, m)
+        s = verdicts  # (N, m)
         df["mean_verdict"] = np.nan_to_num(s, nan=0.0).mean(axis=1)
         df["reward"] = integrated_reward(df["outcome"], s, lam=lam, outcome_weight=outcome_weight)
     invalid = ~rollouts["action_valid"].to_numpy(dtype=bool)
@@ -116,9 +115,9 @@ def policy_samples(
 def rm_samples(
     rollouts: pd.DataFrame,
     judgments: pd.DataFrame,
+    verdicts: np.ndarray,
     policy: pd.DataFrame,
     *,
-    votes: int,
     parse_failure_penalty: float,
     eps: float,
     band: tuple[float, float],
@@ -129,13 +128,13 @@ def rm_samples(
     R is the policy's reward with the whole outcome in it: where the policy's R weighs the
     outcome by `outcome_weight` w < 1, (1 − w)·O is added back, so that the step-only policy
     signal does not make the RM's reward its own verdicts. Votes of tasks outside the accuracy
-    `band`, and votes with advantage 0, stay with kept=False.
+    `band`, and votes with advantage 0, stay with kept=False. `verdicts`: the (N, m)
+    `verdict_matrix` of `rollouts` (whose rows `policy` keeps, in their order).
     """
     steps = policy[[*STEP_KEY, "reward", "task_accuracy"]].reset_index(drop=True)
     outcome = policy["outcome"].to_numpy(dtype=np.float64)
     steps["reward"] = steps["reward"].to_numpy() + (1.0 - outcome_weight) * outcome
-    s = verdict_matrix(steps, judgments, votes)  # (N, m)
-    rewards = consistency_rewards(steps["reward"], s, parse_failure_penalty)  # (N, m)
+    rewards = consistency_rewards(steps["reward"], verdicts, parse_failure_penalty)  # (N, m)
     advantages = consistency_advantages(rewards, eps=eps)  # (N, m)
     wide = steps.assign(_row=np.arange(len(steps)))
     votes_df = judgments[[*PROVENANCE, "vote_idx", "verdict"]].merge(
@@ -158,7 +157,7 @@ def rm_samples(
         "reward_model/vote_agreement": float(agree.mean()) if len(agree) else 0.0,
         "reward_model/kept_samples": float(kept.sum()),
     }
-    judged = judge_metrics(rollouts, judgments, votes)
+    judged = judge_metrics(rollouts, verdicts)
     for name in ROUND_JUDGE_METRICS:
         metrics[f"reward_model/{name}"] = judged[name]
     return votes_df, metrics
@@ -212,8 +211,9 @@ def episode_verdicts(rollouts: pd.DataFrame, s: np.ndarray) -> pd.DataFrame:
     )
 
 
-def judge_metrics(rollouts: pd.DataFrame, judgments: pd.DataFrame, votes: int) -> dict[str, float]:
-    """The reward model's verdicts against the ground truth; every accuracy comes with its 95 %
+def judge_metrics(rollouts: pd.DataFrame, verdicts: np.ndarray) -> dict[str, float]:
+    """The reward model's verdicts (the (N, m) `verdict_matrix` of `rollouts`) against the ground
+    truth; every accuracy comes with its 95 %
     interval clustered by task (`<name>_ci_low`, `<name>_ci_high`; see `stats`).
 
     - process_accuracy: steps whose majority verdict matches the progress label (`step_verdicts`);
@@ -225,9 +225,8 @@ def judge_metrics(rollouts: pd.DataFrame, judgments: pd.DataFrame, votes: int) -
       trajectories and their outcome (`episode_verdicts`);
     - steps: the steps judged.
     """
-    s = verdict_matrix(rollouts, judgments, votes)  # (N, m), pivoted once for both
-    steps = step_verdicts(rollouts, s)
-    played = episode_verdicts(rollouts, s)
+    steps = step_verdicts(rollouts, verdicts)
+    played = episode_verdicts(rollouts, verdicts)
     metrics: dict[str, float] = {}
     for name, frame in (("process", steps), ("outcome", played)):
         metrics |= as_metrics(f"{name}_accuracy", accuracy(frame["correct"], frame["task"]))

@@ -17,11 +17,14 @@ import re
 import shutil
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from rlanything_core.base.atomic import atomic_path
+from rlanything_core.base.schemas import read_dataset, rows_frame, write_dataset
 from rlanything_core.run.config import ConfigError, RunConfig, dump_config, load_config
 
 ROLES = ("policy", "reward_model")
@@ -125,7 +128,17 @@ class RunDir:
         return self.root / f"round_{round_idx:03d}"
 
     def dataset(self, round_idx: int, name: str) -> Path:
-        return self.round_dir(round_idx) / f"{name}.parquet"
+        return self.phase_dir(round_idx) / f"{name}.parquet"
+
+    def read(self, round_idx: int, name: str) -> pd.DataFrame:
+        """Round `round_idx`'s dataset `name`, checked against the schema of that name."""
+        return read_dataset(self.dataset(round_idx, name), name)
+
+    def write(self, rows: list[dict[str, object]] | pd.DataFrame, round_idx: int, name: str) -> str:
+        """Write round `round_idx`'s dataset `name` (rows or a frame, of the schema of that name)
+        atomically; returns its path."""
+        frame = rows if isinstance(rows, pd.DataFrame) else rows_frame(rows, name)
+        return str(write_dataset(frame, self.dataset(round_idx, name), name))
 
     def checkpoint(self, role: str, round_idx: int) -> Path:
         return self.root / "checkpoints" / role / f"round_{round_idx:03d}"
@@ -318,3 +331,26 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+class Inputs:
+    """The datasets a stage reads, by name: the paths its flow handed over (what the stages
+    before it wrote, and the round's task pool). A stage called on its own, with no paths
+    (`task.fn(...)` in a test), reads the datasets of those names in its round's directory."""
+
+    def __init__(self, run: RunDir, round_idx: int, paths: Mapping[str, str] | None) -> None:
+        self._run, self._round, self._paths = run, round_idx, paths
+
+    def path(self, name: str) -> Path:
+        if self._paths is None:
+            return self._run.dataset(self._round, name)
+        if name not in self._paths:
+            raise RunDirError(
+                f"no dataset {name!r} was handed to this stage (it got {sorted(self._paths)}); "
+                "run the stages in the flow's order, the one that writes it first"
+            )
+        return Path(self._paths[name])
+
+    def read(self, name: str, schema: str | None = None) -> pd.DataFrame:
+        """Dataset `name`, checked against `schema` (default: the schema called `name`)."""
+        return read_dataset(self.path(name), schema or name)
