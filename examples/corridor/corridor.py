@@ -86,7 +86,7 @@ class CorridorEpisode:
 
 class CorridorEnvironment(Environment[CorridorOptions]):
     Options = CorridorOptions
-    warm_starts = frozenset({"policy", "reward_model", "env_model"})
+    warm_starts = frozenset({"policy", "env_model"})
     designer_system = "You design corridor walks: JSON objects with length, start, door, max_steps."
 
     def parse_spec(self, data: str | dict[str, object]) -> CorridorSpec:
@@ -132,9 +132,8 @@ class CorridorEnvironment(Environment[CorridorOptions]):
         return "length: 2-40, longer is harder; max_steps: fewer is harder; start, door: cells."
 
     def demonstrations(self, request: WarmStart) -> list[Demo]:
-        """Policy: the expert's move at every cell. Reward model: moves (a share `noise` of them
-        random) judged by whether they got closer, a share `label_noise` of the labels flipped.
-        Env model: a longer corridor (harder) or two more steps (easier)."""
+        """Policy: the expert's move at every cell. Env model: a longer corridor (harder) or two
+        more steps (easier)."""
         rng, out = random.Random(request.seed), []
         specs = self.warm_start_specs(request)
         for n, spec in enumerate(specs):
@@ -146,16 +145,9 @@ class CorridorEnvironment(Environment[CorridorOptions]):
                 prompt = self.rewrite_messages(spec, "harder" if harder else "easier", 0.5, "")
                 out.append(Demo(f"demo-{n:03d}", 0, prompt, json.dumps(change)))
                 continue
-            episode, judge = CorridorEpisode(spec), request.role == "reward_model"
+            episode = CorridorEpisode(spec)
             while not episode.done:
-                move = "right" if spec.door > episode.position else "left"
-                if judge and rng.random() < request.noise:
-                    move = rng.choice(list(MOVES))
-                answer, before = f"\\boxed{{{move}}}", episode.observation
-                prompt, step = episode.messages(), episode.act(answer)
-                if judge:  # did the move get closer? (a share of the labels flipped)
-                    label = 1 if step.progress != (rng.random() < request.label_noise) else -1
-                    view = StepView(spec.goal_text, before, answer, move, step.observation)
-                    prompt, answer = self.judge_messages(view, []), f"\\boxed{{{label}}}"
-                out.append(Demo(f"demo-{n:03d}", episode.steps_taken - 1, prompt, answer))
+                answer = "\\boxed{right}" if spec.door > episode.position else "\\boxed{left}"
+                out.append(Demo(f"demo-{n:03d}", episode.steps_taken, episode.messages(), answer))
+                episode.act(answer)
         return out
