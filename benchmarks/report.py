@@ -115,6 +115,38 @@ def rows() -> list[tuple[str, str, str]]:
                     f"{name}.json",
                 )
             )
+    profile = _load("round-profile-demo")
+    if profile:
+        peaks = profile["matmul_peak_gflop_per_s"]
+        flags = ", ".join(profile["machine"]["cpu_flags"])
+        totals = profile["seconds_by_category"]
+        spent = sum(s["seconds"] for s in profile["stages"])
+        shares = ", ".join(
+            f"{name} {100 * seconds / spent:.0f} %"
+            for name, seconds in sorted(totals.items(), key=lambda kv: -kv[1])
+        )
+        out.append(
+            (
+                f"where a demo round goes (SmolLM2, {profile['model_dtype']}; {flags})",
+                f"{spent:.0f} s in stages (warm starts included): {shares}; matmul peak "
+                f"{peaks['float32']:.0f} GFLOP/s float32, {peaks['bfloat16']:.0f} bfloat16",
+                "round-profile-demo.json",
+            )
+        )
+        for stage in profile["stages"]:
+            mfu = ", ".join(
+                f"{name} {100 * part['mfu']:.1f} %"
+                for name, part in stage["parts"].items()
+                if "mfu" in part
+            )
+            if mfu:
+                out.append(
+                    (
+                        f"MFU by part, demo stage {stage['stage']}",
+                        f"{stage['seconds']:.1f} s: {mfu}",
+                        "round-profile-demo.json",
+                    )
+                )
     gui = _load("gui-demo")
     if gui:
         ex = gui["expert"]

@@ -19,11 +19,7 @@ from rlanything_core.run.config import RunConfig
 from rlanything_core.run.pool import next_pool, task_refs
 from rlanything_core.run.rundir import Inputs, RunDir
 from tasks.common import stage_task
-from tasks.playing import (
-    Metrics,
-    Outputs,
-    play_policy,
-)
+from tasks.playing import Metrics, Outputs, play_policy
 from tasks.scoring import round_tasks
 
 

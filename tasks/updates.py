@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import pandas as pd
 
+from rlanything_core.base.schemas import STEP_KEY
 from rlanything_core.base.seeding import derive_seed
-from rlanything_core.method.signals import STEP_KEY
 from rlanything_core.models.config import ModelConfig, UpdateConfig
 from rlanything_core.models.training import rl_update, select_samples
 from rlanything_core.run.config import RunConfig
 from rlanything_core.run.rundir import Inputs, RunDir
 from tasks.common import progress, stage_task
-from tasks.playing import (
-    Metrics,
-    Outputs,
-)
+from tasks.playing import Metrics, Outputs
 
 
 def _update(

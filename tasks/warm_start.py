@@ -13,10 +13,7 @@ from rlanything_core.run.config import RunConfig
 from rlanything_core.run.rundir import Inputs, RunDir
 from rlanything_core.run.warm_start import sft_rows, warm_start_demos
 from tasks.common import progress, stage_task
-from tasks.playing import (
-    Metrics,
-    Outputs,
-)
+from tasks.playing import Metrics, Outputs
 
 
 @stage_task("warm-start")

@@ -24,12 +24,7 @@ from rlanything_core.envs.gui.apps import (
     reached,
     settings_errors,
 )
-from rlanything_core.envs.gui.browser import (
-    Browser,
-    BrowserOptions,
-    GuiEpisode,
-    parse_gui_action,
-)
+from rlanything_core.envs.gui.browser import Browser, BrowserOptions, GuiEpisode, parse_gui_action
 from rlanything_core.envs.gui.demos import (
     gui_judge_demonstrations,
     gui_policy_demonstrations,

@@ -7,11 +7,11 @@ from collections import deque
 
 import pytest
 
+from rlanything_core.envs.common import SpecError
 from rlanything_core.envs.household import world as household
 from rlanything_core.envs.household.world import (
     HouseholdEpisode,
     HouseholdSpec,
-    SpecError,
     World,
     admissible_actions,
     apply_action,

@@ -186,8 +186,8 @@ def test_warm_start_demonstrations_follow_the_winning_policy() -> None:
 def test_a_tiny_tokenizer_trained_on_textworld_spells_its_prompts_shorter() -> None:
     """ "tiny-<w>x<l>-textworld": the tokenizer also learns TextWorld's games, so a held-out
     game's opening (goal, room, commands) takes far fewer tokens than with household's."""
+    from rlanything_core.models.default import ModelNotFoundError
     from rlanything_core.models.loading import resolve_source
-    from rlanything_core.models.modelling import ModelNotFoundError
     from rlanything_core.models.tiny import build_tiny_tokenizer
 
     household, textworld = build_tiny_tokenizer(512), build_tiny_tokenizer(1024, "textworld")

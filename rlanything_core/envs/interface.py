@@ -42,13 +42,12 @@ Split = Literal["id", "ood"]
 Role = Literal["policy", "reward_model", "env_model"]
 
 ENTRY_POINT_GROUP = "rlanything.environments"
-BUILTINS: dict[str, str] = {
-    "household": "rlanything_core.envs.household.environment:HouseholdEnvironment",
-    "textworld": "rlanything_core.envs.textworld.environment:TextWorldEnvironment",
-    "alfworld": "rlanything_core.envs.alfworld.environment:AlfworldEnvironment",
-    "coding": "rlanything_core.envs.coding.environment:CodingEnvironment",
-    "gui": "rlanything_core.envs.gui.environment:GuiEnvironment",
-}
+
+
+def builtin_names() -> list[str]:
+    """The built-in environments: the packages of rlanything_core/envs/ with an `environment`
+    module, whose `ENVIRONMENT` is the class. Adding one touches nothing outside its package."""
+    return sorted(p.parent.name for p in Path(__file__).parent.glob("*/environment.py"))
 
 
 class TaskSpec(Protocol):
@@ -308,14 +307,14 @@ def _import(path: str, name: str) -> type[Environment[Any]]:
 def environment_class(name: str) -> type[Environment[Any]]:
     """The class `environment.name` names: a built-in, an entry point of the group
     `rlanything.environments`, "package.module:Class", or "path/to/file.py:Class"."""
-    if name in BUILTINS:
-        return _import(BUILTINS[name], name)
+    if name in builtin_names():
+        return _import(f"{__package__}.{name}.environment:ENVIRONMENT", name)
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name == name:
             return _import(ep.value, name)
     if ":" in name:
         return _import(name, name)
-    known = sorted([*BUILTINS, *(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))])
+    known = sorted([*builtin_names(), *(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))])
     raise ValueError(
         f"environment.name {name!r} is not a known environment ({', '.join(known)}); name one of "
         "them, or your own class as 'package.module:ClassName' or 'path/to/file.py:ClassName'."
@@ -339,23 +338,6 @@ def make_environment(
     return cls(name, validated, pool_split), validated.model_dump(mode="json")
 
 
-__all__ = [
-    "BUILTINS",
-    "Demo",
-    "Environment",
-    "Episode",
-    "Move",
-    "NoOptions",
-    "SpecError",
-    "StepView",
-    "TaskSpec",
-    "WarmStart",
-    "WritesUnitTests",
-    "environment_class",
-    "make_environment",
-]
-
-
 @dataclass(frozen=True)
 class TaskRef:
     """An environment task of the pool: identity and spec."""
@@ -363,3 +345,21 @@ class TaskRef:
     task_id: str
     task_version: int
     spec: TaskSpec
+
+
+__all__ = [
+    "Demo",
+    "Environment",
+    "Episode",
+    "Move",
+    "NoOptions",
+    "SpecError",
+    "StepView",
+    "TaskRef",
+    "TaskSpec",
+    "WarmStart",
+    "WritesUnitTests",
+    "builtin_names",
+    "environment_class",
+    "make_environment",
+]

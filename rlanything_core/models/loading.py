@@ -18,11 +18,7 @@ from rlanything_core.models.default import (
     ModelNotFoundError,
     ensure_default_model,
 )
-from rlanything_core.models.devices import (
-    autocast_dtype,
-    pick_device,
-    resolve_dtype,
-)
+from rlanything_core.models.devices import autocast_dtype, pick_device, resolve_dtype
 
 
 def resolve_source(source: str) -> str:

@@ -11,11 +11,7 @@ import numpy as np
 import torch
 
 from rlanything_core.envs.demos import Demo
-from rlanything_core.models.modelling import (
-    encode_chat,
-    response_logprobs,
-    scale_lr,
-)
+from rlanything_core.models.modelling import encode_chat, response_logprobs, scale_lr
 
 
 def sft_update(

@@ -28,14 +28,8 @@ from rlanything_core.models.config import UpdateConfig
 from rlanything_core.models.devices import pick_device
 from rlanything_core.models.distributed import Group, join_group, leave_group
 from rlanything_core.models.loading import load_model, load_tokenizer
-from rlanything_core.models.modelling import (
-    TrainSample,
-    ppo_update,
-    with_eos,
-)
-from rlanything_core.models.sft import (
-    sft_update,
-)
+from rlanything_core.models.modelling import TrainSample, ppo_update, with_eos
+from rlanything_core.models.sft import sft_update
 
 
 def select_samples(

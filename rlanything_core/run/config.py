@@ -10,11 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import (
-    Field,
-    ValidationError,
-    model_validator,
-)
+from pydantic import Field, ValidationError, model_validator
 
 from rlanything_core.envs.common import SpecError
 from rlanything_core.envs.interface import (
@@ -24,11 +20,7 @@ from rlanything_core.envs.interface import (
     environment_class,
     make_environment,
 )
-from rlanything_core.models.config import (
-    ModelConfig,
-    UpdateConfig,
-    _Strict,
-)
+from rlanything_core.models.config import ModelConfig, UpdateConfig, _Strict
 
 Mode = Literal["outcome_only", "policy", "reward", "env"]
 

@@ -48,3 +48,7 @@ class AlfworldEnvironment(TextEnvironment[TextOptions]):
 
     def rewrite_example(self, spec: TaskSpec) -> str:
         return '{"max_steps": 12}'
+
+
+ENVIRONMENT = AlfworldEnvironment
+"""The class `environment.name: alfworld` loads."""

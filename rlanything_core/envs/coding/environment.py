@@ -146,3 +146,7 @@ class CodingEnvironment(Environment[CodingOptions]):
         """Every program of `rollouts` on its task's valid generated tests (judgments rows)."""
         specs = {(t.task_id, t.task_version): cast(CodingSpec, t.spec) for t in tasks}
         return run_generated_tests(rollouts, unit_tests, specs, self.runner(), on_program)
+
+
+ENVIRONMENT = CodingEnvironment
+"""The class `environment.name: coding` loads."""

@@ -143,3 +143,7 @@ class GuiEnvironment(Environment[GuiOptions]):
         return gui_judge_demonstrations(
             steps, label_noise=request.label_noise, seed=request.seed, explain=request.explain
         )
+
+
+ENVIRONMENT = GuiEnvironment
+"""The class `environment.name: gui` loads."""

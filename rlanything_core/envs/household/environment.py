@@ -84,3 +84,7 @@ class HouseholdEnvironment(TextEnvironment[HouseholdOptions]):
 
     def rewrite_example(self, spec: TaskSpec) -> str:
         return '{"num_distractors": 3}'
+
+
+ENVIRONMENT = HouseholdEnvironment
+"""The class `environment.name: household` loads."""

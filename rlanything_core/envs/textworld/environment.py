@@ -64,3 +64,7 @@ class TextWorldEnvironment(TextEnvironment[TextOptions]):
 
     def rewrite_example(self, spec: TaskSpec) -> str:
         return '{"nb_objects": 6}'
+
+
+ENVIRONMENT = TextWorldEnvironment
+"""The class `environment.name: textworld` loads."""

@@ -1,0 +1,272 @@
+"""Where a round's time goes, and how close its model work comes to the machine's matmul peak.
+
+Runs `rlanything-train` in this process on a config (default: the `make run` demo, one round
+after its warm starts) with the model's forward, backward, optimizer step, checkpoint I/O and
+Parquet I/O timed, and splits each stage's time into:
+- prefill: generation forwards over whole prompts (`use_cache=True`, no cache yet);
+- decode: generation forwards of one new token per answer against the KV cache;
+- logprob: forwards without gradients and without a cache (old log-probs, reference log-probs);
+- train_forward, backward, optimizer: the updates' loss forwards, backward passes, AdamW steps;
+- checkpoint_io: model and adapter loads and saves; parquet_io: dataset reads and writes;
+- other: the rest of the stage (tokenizing, sampling between decode steps, environments,
+  Python).
+A forward's FLOPs are counted as 2 × parameters × tokens (attention's own products left out,
+small at these lengths), a backward's as 2 × those of the forwards it follows. Achieved FLOP/s
+are set against the peak of dense matmuls measured in the same process and thread count, in
+float32 and in bfloat16 (`--matmul-size` square matrices), as MFU.
+
+    python benchmarks/round_profile.py --config configs/demo.yaml --out results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow.parquet as pq
+import torch
+from common import PeakRss, bench_config, git_commit, isolated_workdir, save
+from peft import PeftModel
+from transformers import PreTrainedModel
+from transformers.models.llama.modeling_llama import LlamaForCausalLM
+
+import flows.train
+from rlanything_core.base import failpoints
+from rlanything_core.models.devices import autocast_dtype, pick_device, resolve_dtype
+
+CATEGORIES = (
+    "prefill",
+    "decode",
+    "logprob",
+    "train_forward",
+    "backward",
+    "optimizer",
+    "checkpoint_io",
+    "parquet_io",
+)
+
+
+def matmul_peak(size: int, dtype: torch.dtype, seconds: float = 2.0) -> float:
+    """FLOP/s of square `size` × `size` matmuls in `dtype`, the best of repeated timings."""
+    a = torch.randn(size, size).to(dtype)
+    b = torch.randn(size, size).to(dtype)
+    for _ in range(2):
+        torch.matmul(a, b)
+    best, spent = float("inf"), 0.0
+    while spent < seconds:
+        start = time.perf_counter()
+        torch.matmul(a, b)
+        took = time.perf_counter() - start
+        best, spent = min(best, took), spent + took
+    return 2 * size**3 / best
+
+
+class Profile:
+    """Seconds, tokens and FLOPs per (stage, category), from patched entry points."""
+
+    def __init__(self) -> None:
+        self.seconds: defaultdict[tuple[str, str], float] = defaultdict(float)
+        self.flops: defaultdict[tuple[str, str], float] = defaultdict(float)
+        self.tokens: defaultdict[tuple[str, str], int] = defaultdict(int)
+        self.stage_seconds: defaultdict[str, float] = defaultdict(float)
+        self.stage = "outside stages"
+        self._local = threading.local()  # nested calls (a save inside a save) count once
+        self._pending_backward_flops = 0.0
+        self._params: dict[int, int] = {}
+
+    def _parameters(self, model: Any) -> int:
+        key = id(model)
+        if key not in self._params:
+            self._params[key] = sum(p.numel() for p in model.parameters())
+        return self._params[key]
+
+    @contextlib.contextmanager
+    def timing(self, category: str, tokens: int = 0, flops: float = 0.0) -> Iterator[None]:
+        if getattr(self._local, "busy", False):
+            yield
+            return
+        self._local.busy = True
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            key = (self.stage, category)
+            self.seconds[key] += time.perf_counter() - start
+            self.tokens[key] += tokens
+            self.flops[key] += flops
+            self._local.busy = False
+
+    def forward(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(model: Any, *args: Any, **kwargs: Any) -> Any:
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            tokens = int(ids.numel()) if ids is not None else 0
+            flops = 2.0 * self._parameters(model) * tokens
+            if kwargs.get("past_key_values") is not None and tokens:
+                category = "decode"
+            elif kwargs.get("use_cache"):
+                category = "prefill"
+            elif torch.is_grad_enabled():
+                category = "train_forward"
+                self._pending_backward_flops += 2 * flops
+            else:
+                category = "logprob"
+            with self.timing(category, tokens, flops):
+                return original(model, *args, **kwargs)
+
+        return timed
+
+    def backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            flops, self._pending_backward_flops = self._pending_backward_flops, 0.0
+            with self.timing("backward", 0, flops):
+                return original(tensor, *args, **kwargs)
+
+        return timed
+
+    def plain(self, category: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            with self.timing(category):
+                return original(*args, **kwargs)
+
+        return timed
+
+    def in_stage(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        @contextlib.contextmanager
+        def staged(round_idx: int, stage: str) -> Iterator[None]:
+            name = stage if round_idx >= 0 else f"{stage} (before round 0)"
+            previous, self.stage = self.stage, name
+            start = time.perf_counter()
+            try:
+                with original(round_idx, stage):
+                    yield
+            finally:
+                self.stage_seconds[name] += time.perf_counter() - start
+                self.stage = previous
+
+        return staged
+
+
+@contextlib.contextmanager
+def patched(profile: Profile) -> Iterator[None]:
+    """Install the profile's timers on the entry points named in the module docstring."""
+    classmethods = [
+        (PreTrainedModel, "from_pretrained", "checkpoint_io"),
+        (PeftModel, "from_pretrained", "checkpoint_io"),
+    ]
+    methods: list[tuple[Any, str, Callable[..., Any]]] = [
+        (LlamaForCausalLM, "forward", profile.forward(LlamaForCausalLM.forward)),
+        (torch.Tensor, "backward", profile.backward(torch.Tensor.backward)),
+        (torch.optim.AdamW, "step", profile.plain("optimizer", torch.optim.AdamW.step)),
+        (
+            PreTrainedModel,
+            "save_pretrained",
+            profile.plain("checkpoint_io", PreTrainedModel.save_pretrained),
+        ),
+        (PeftModel, "save_pretrained", profile.plain("checkpoint_io", PeftModel.save_pretrained)),
+        (pq, "write_table", profile.plain("parquet_io", pq.write_table)),
+        (pq, "read_table", profile.plain("parquet_io", pq.read_table)),
+        (failpoints, "in_stage", profile.in_stage(failpoints.in_stage)),
+    ]
+    # What each owner held itself (None: it inherited the attribute, e.g. AdamW's step).
+    saved = [(owner, attr, vars(owner).get(attr)) for owner, attr, _ in methods]
+    saved += [(owner, attr, vars(owner)[attr]) for owner, attr, _ in classmethods]
+    for owner, attr, wrapper in methods:
+        setattr(owner, attr, wrapper)
+    for owner, attr, category in classmethods:
+        function = vars(owner)[attr].__func__
+        setattr(owner, attr, classmethod(profile.plain(category, function)))
+    try:
+        yield
+    finally:
+        for owner, attr, original in saved:
+            if original is None:
+                delattr(owner, attr)
+            else:
+                setattr(owner, attr, original)
+
+
+def report(profile: Profile, peaks: dict[str, float], model_dtype: str) -> dict[str, Any]:
+    """Per stage: seconds, each category's share, tokens, FLOP/s and MFU against `model_dtype`'s
+    matmul peak."""
+    peak = peaks[model_dtype]
+    stages = []
+    for stage, total in profile.stage_seconds.items():
+        parts: dict[str, Any] = {}
+        counted = 0.0
+        for category in CATEGORIES:
+            seconds = profile.seconds.get((stage, category), 0.0)
+            if not seconds:
+                continue
+            counted += seconds
+            flops = profile.flops.get((stage, category), 0.0)
+            part: dict[str, Any] = {
+                "seconds": round(seconds, 3),
+                "share": round(seconds / total, 4),
+            }
+            if flops:
+                part |= {
+                    "tokens": profile.tokens.get((stage, category), 0),
+                    "gflop_per_s": round(flops / seconds / 1e9, 2),
+                    "mfu": round(flops / seconds / peak, 4),
+                }
+            parts[category] = part
+        parts["other"] = {
+            "seconds": round(total - counted, 3),
+            "share": round((total - counted) / total, 4),
+        }
+        stages.append({"stage": stage, "seconds": round(total, 3), "parts": parts})
+    totals: dict[str, float] = defaultdict(float)
+    for (_, category), seconds in profile.seconds.items():
+        totals[category] += seconds
+    return {"stages": stages, "seconds_by_category": {k: round(v, 2) for k, v in totals.items()}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default="configs/demo.yaml")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--matmul-size", type=int, default=2048)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    peaks = {
+        name: matmul_peak(args.matmul_size, dtype)
+        for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16))
+    }
+    config = bench_config(args.config, rounds=args.rounds)
+    model_dtype = "bfloat16" if _compute_dtype(config) == torch.bfloat16 else "float32"
+    profile = Profile()
+    with isolated_workdir("profile") as root, PeakRss() as rss, patched(profile):
+        start = time.perf_counter()
+        flows.train.rlanything_train(config=config, run_dir=str(root / "run"))
+        wall = time.perf_counter() - start
+    save(
+        args.out,
+        {
+            "benchmark": "round_profile",
+            "config": args.config,
+            "rounds": args.rounds,
+            "commit": git_commit(),
+            "wall_seconds": round(wall, 1),
+            "peak_rss_tree_mb": round(rss.peak / 2**20, 1),
+            "matmul_peak_gflop_per_s": {k: round(v / 1e9, 1) for k, v in peaks.items()},
+            "matmul_size": args.matmul_size,
+            "model_dtype": model_dtype,
+            **report(profile, peaks, model_dtype),
+        },
+    )
+
+
+def _compute_dtype(config: Any) -> torch.dtype:
+    """The dtype the policy computes in on this machine (autocast's where it is mixed)."""
+    model = config.policy.model
+    device = pick_device(model.device)
+    return autocast_dtype(model.dtype, device) or resolve_dtype(model.dtype, device)
+
+
+if __name__ == "__main__":
+    main()
