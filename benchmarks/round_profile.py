@@ -10,10 +10,12 @@ Parquet I/O timed, and splits each stage's time into:
 - checkpoint_io: model and adapter loads and saves; parquet_io: dataset reads and writes;
 - other: the rest of the stage (tokenizing, sampling between decode steps, environments,
   Python).
-A forward's FLOPs are counted as 2 × parameters × tokens (attention's own products left out,
-small at these lengths), a backward's as 2 × those of the forwards it follows. Achieved FLOP/s
-are set against the peak of dense matmuls measured in the same process and thread count, in
-float32 and in bfloat16 (`--matmul-size` square matrices), as MFU.
+A forward's FLOPs are counted as 2 × parameters × tokens (padding included; attention's own
+products left out, small at these lengths). A backward computes the activations' gradients (as
+many FLOPs as its forwards) and the trainable weights' (as many again × the trainable share:
+with LoRA almost none), so it is counted as its forwards' FLOPs × (1 + trainable / parameters).
+Achieved FLOP/s are set against the peak of dense matmuls measured in the same process and
+thread count, in float32 and in bfloat16 (`--matmul-size` square matrices), as MFU.
 
     python benchmarks/round_profile.py --config configs/demo.yaml --out results.json
 """
@@ -77,12 +79,15 @@ class Profile:
         self.stage = "outside stages"
         self._local = threading.local()  # nested calls (a save inside a save) count once
         self._pending_backward_flops = 0.0
-        self._params: dict[int, int] = {}
+        self._params: dict[int, tuple[int, int]] = {}
 
-    def _parameters(self, model: Any) -> int:
+    def _parameters(self, model: Any) -> tuple[int, int]:
+        """(all parameters, trainable ones) of `model`."""
         key = id(model)
         if key not in self._params:
-            self._params[key] = sum(p.numel() for p in model.parameters())
+            params = list(model.parameters())
+            trainable = sum(p.numel() for p in params if p.requires_grad)
+            self._params[key] = (sum(p.numel() for p in params), trainable)
         return self._params[key]
 
     @contextlib.contextmanager
@@ -105,14 +110,15 @@ class Profile:
         def timed(model: Any, *args: Any, **kwargs: Any) -> Any:
             ids = kwargs.get("input_ids", args[0] if args else None)
             tokens = int(ids.numel()) if ids is not None else 0
-            flops = 2.0 * self._parameters(model) * tokens
+            total, trainable = self._parameters(model)
+            flops = 2.0 * total * tokens
             if kwargs.get("past_key_values") is not None and tokens:
                 category = "decode"
             elif kwargs.get("use_cache"):
                 category = "prefill"
             elif torch.is_grad_enabled():
                 category = "train_forward"
-                self._pending_backward_flops += 2 * flops
+                self._pending_backward_flops += flops * (1 + trainable / total)
             else:
                 category = "logprob"
             with self.timing(category, tokens, flops):
