@@ -15,9 +15,11 @@ the figures of a run made before (the sweep's runs in benchmarks/results/learnin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -102,6 +104,24 @@ def table(curve: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _run_as_group(command: list[str]) -> int:
+    """Run `command` in a process group of its own and return its exit code. A SIGTERM or
+    SIGINT sent to this script goes to that whole group: the run and the Prefect server it
+    started stop together, and running this script again resumes the run."""
+    child = subprocess.Popen(command, env=os.environ, start_new_session=True)
+
+    def forward(signum: int, _frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signum)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return child.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True)
@@ -126,7 +146,9 @@ def main() -> None:
     seconds = None
     if not args.collect:
         started = time.monotonic()
-        subprocess.run(command, check=True, env=os.environ)
+        code = _run_as_group(command)
+        if code != 0:
+            sys.exit(f"error: {' '.join(command)} exited with {code}")
         seconds = round(time.monotonic() - started, 1)
     summary = json.loads((run_dir / "summary.json").read_text())
     curve = summary.get("eval", [])
