@@ -6,12 +6,16 @@ For every round of every run directory given: its steps and episodes, the RM's p
 and balanced accuracy with 95 % intervals clustered by task, and the process majority baseline
 (`rlanything_core.method.signals.judge_metrics`, as evaluation computes them on held-out steps). The
 rounds' own MLflow metrics carry no intervals; this recomputes them from the round's files.
+`--out FILE` also writes them, with each round's share of unparsed votes, as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
+
+from common import git_commit, save
 
 from rlanything_core.base.schemas import read_dataset
 from rlanything_core.method.signals import judge_metrics, verdict_matrix
@@ -28,7 +32,9 @@ def _pct(m: dict[str, float], name: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dirs", nargs="+", help="run directories of judged training runs")
+    parser.add_argument("--out", help="also write the figures to this JSON file")
     args = parser.parse_args()
+    rows: list[dict[str, Any]] = []
     print("| run | round | steps | episodes | process accuracy | balanced | majority baseline |")
     print("|---|---|---|---|---|---|---|")
     for root in args.run_dirs:
@@ -45,7 +51,18 @@ def main() -> None:
                 f"{_pct(m, 'process_accuracy')} | {_pct(m, 'process_balanced_accuracy')} | "
                 f"{100 * m['process_majority_baseline']:.1f} |"
             )
+            rows.append(
+                {
+                    "run_dir": str(root),
+                    "round": r,
+                    "episodes": len(episodes),
+                    "parse_failure_rate": float(judgments["verdict"].isna().mean()),
+                    **m,
+                }
+            )
             r += 1
+    if args.out:
+        save(args.out, {"benchmark": "judge_rounds", "commit": git_commit(), "rounds": rows})
 
 
 if __name__ == "__main__":
