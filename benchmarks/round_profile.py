@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import threading
 import time
+import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -79,16 +80,16 @@ class Profile:
         self.stage = "outside stages"
         self._local = threading.local()  # nested calls (a save inside a save) count once
         self._pending_backward_flops = 0.0
-        self._params: dict[int, tuple[int, int]] = {}
+        # Per model object, not per id(): a freed model's id can come back for another model.
+        self._params: weakref.WeakKeyDictionary[Any, tuple[int, int]] = weakref.WeakKeyDictionary()
 
     def _parameters(self, model: Any) -> tuple[int, int]:
         """(all parameters, trainable ones) of `model`."""
-        key = id(model)
-        if key not in self._params:
+        if model not in self._params:
             params = list(model.parameters())
             trainable = sum(p.numel() for p in params if p.requires_grad)
-            self._params[key] = (sum(p.numel() for p in params), trainable)
-        return self._params[key]
+            self._params[model] = (sum(p.numel() for p in params), trainable)
+        return self._params[model]
 
     @contextlib.contextmanager
     def timing(self, category: str, tokens: int = 0, flops: float = 0.0) -> Iterator[None]:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import torch
 
 from rlanything_core.envs.demos import Demo
+from rlanything_core.models.checkpoints import make_optimizer, save_checkpoint
 from rlanything_core.models.modelling import encode_chat, response_logprobs, scale_lr
 
 
@@ -104,3 +106,39 @@ def tokenize_demos(tokenizer: Any, demos: Sequence[Demo]) -> list[tuple[list[int
         )
         for d in demos
     ]
+
+
+def finetune_and_save(
+    model: Any,
+    tokenizer: Any,
+    pairs: Sequence[tuple[list[int], list[int]]],
+    out_dir: str | Path,
+    *,
+    lr: float,
+    epochs: int,
+    micro_batch_size: int,
+    seed: int,
+    lr_schedule: Literal["constant", "linear"] = "constant",
+    group_by_length: bool = False,
+    on_step: Callable[[int], None] | None = None,
+) -> dict[str, float]:
+    """Fine-tune a loaded `model` on `pairs` with a fresh AdamW (`sft_update`), then save it with
+    its tokenizer to `out_dir`; with no pair the model is saved unchanged. Its metrics."""
+    metrics = (
+        sft_update(
+            model,
+            make_optimizer(model, lr=lr),
+            pairs,
+            pad_id=tokenizer.pad_token_id,
+            epochs=epochs,
+            micro_batch_size=micro_batch_size,
+            seed=seed,
+            lr_schedule=lr_schedule,
+            group_by_length=group_by_length,
+            on_step=on_step,
+        )
+        if pairs
+        else {"sft_steps": 0.0}
+    )
+    save_checkpoint(model, tokenizer, out_dir)
+    return metrics

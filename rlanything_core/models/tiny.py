@@ -21,9 +21,8 @@ from rlanything_core.envs.household.environment import HouseholdEnvironment, Hou
 from rlanything_core.envs.interface import Role, WarmStart
 from rlanything_core.envs.textworld import game as textworld_env
 from rlanything_core.method.prompts import JUDGE_SYSTEM, POLICY_SYSTEM
-from rlanything_core.models.checkpoints import make_optimizer, save_checkpoint
 from rlanything_core.models.default import CHATML_TEMPLATE
-from rlanything_core.models.sft import sft_update, tokenize_demos
+from rlanything_core.models.sft import finetune_and_save, tokenize_demos
 
 SPECIAL_TOKENS = ["<|im_start|>", "<|im_end|>"]
 
@@ -167,8 +166,8 @@ def ensure_warm_tiny_model(kind: str, seed: int = 0) -> Path:
     """The tiny model of `kind` warm-started by supervised fine-tuning (full fine-tuning at lr 3e-3)
     on expert-made pairs, built once into the cache.
 
-    It trains the tiny model in place of `training.sft_finetune`, which loads its source through
-    `loading.resolve_source`: that resolves "tiny-policy:0" by calling this function."""
+    It loads the tiny model itself, not through `training.sft_finetune`, which loads its source
+    through `loading.resolve_source`: that resolves "tiny-policy:0" by calling this function."""
     version = WARM_DATA_VERSION[kind]
     target = cache_root() / f"tiny-{kind}{'' if version == 1 else f'-v{version}'}-seed{seed}"
     if not (target / "model.safetensors").is_file():
@@ -178,14 +177,14 @@ def ensure_warm_tiny_model(kind: str, seed: int = 0) -> Path:
         model = LlamaForCausalLM.from_pretrained(source, dtype=torch.float32)
         model.train()
         tokenizer = PreTrainedTokenizerFast.from_pretrained(source)
-        sft_update(
+        finetune_and_save(
             model,
-            make_optimizer(model, lr=3e-3),
+            tokenizer,
             tokenize_demos(tokenizer, demos),
-            pad_id=tokenizer.pad_token_id,
+            target,
+            lr=3e-3,
             epochs=WARM_EPOCHS[kind],
             micro_batch_size=16,
             seed=seed,
         )
-        save_checkpoint(model, tokenizer, target)
     return target

@@ -29,7 +29,7 @@ from rlanything_core.models.devices import pick_device
 from rlanything_core.models.distributed import Group, join_group, leave_group
 from rlanything_core.models.loading import load_model, load_tokenizer
 from rlanything_core.models.modelling import TrainSample, ppo_update, with_eos
-from rlanything_core.models.sft import sft_update
+from rlanything_core.models.sft import finetune_and_save
 
 
 def select_samples(
@@ -290,23 +290,19 @@ def sft_finetune(
     """
     model, tokenizer = _load_trainable(source, device, dtype, lora_rank, lora_alpha, seed, "sft")
     pairs = build_pairs(tokenizer)
-    metrics = (
-        sft_update(
-            model,
-            make_optimizer(model, lr=lr),
-            pairs,
-            pad_id=tokenizer.pad_token_id,
-            epochs=epochs,
-            micro_batch_size=micro_batch_size,
-            seed=seed,
-            lr_schedule=lr_schedule,
-            group_by_length=group_by_length,
-            on_step=on_step,
-        )
-        if pairs
-        else {"sft_steps": 0.0}
+    metrics = finetune_and_save(
+        model,
+        tokenizer,
+        pairs,
+        out_dir,
+        lr=lr,
+        epochs=epochs,
+        micro_batch_size=micro_batch_size,
+        seed=seed,
+        lr_schedule=lr_schedule,
+        group_by_length=group_by_length,
+        on_step=on_step,
     )
-    save_checkpoint(model, tokenizer, out_dir)
     return metrics, pairs
 
 
