@@ -70,6 +70,74 @@ def _prefect_defaults() -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
+# The held-out metrics `make run` shows Before → After: (eval key, label, the key of a trivial
+# baseline to print beside it or None). The RM's accuracy is the balanced one (issue 10).
+HELD_OUT_ROWS = (
+    ("policy_accuracy", "policy accuracy", None),
+    ("rm_process_balanced_accuracy", "RM process accuracy (balanced)", None),
+    ("rm_process_accuracy", "RM process accuracy", "rm_process_majority_baseline"),
+)
+
+
+def _apart(before: dict[str, Any], after: dict[str, Any], key: str) -> str:
+    """Whether `key` rose or fell with non-overlapping 95 % intervals from `before` to `after`."""
+    low, high = f"{key}_ci_low", f"{key}_ci_high"
+    if any(math.isnan(float(p.get(k, math.nan))) for p in (before, after) for k in (low, high)):
+        return "n/a"
+    if after[low] > before[high]:
+        return "rose (intervals apart)"
+    if after[high] < before[low]:
+        return "fell (intervals apart)"
+    return "no change that the intervals can tell"
+
+
+def held_out_tables(summary: dict[str, Any]) -> list[Table]:
+    """The learning curve of a run with `evaluation.every` as two tables: Before → After on the
+    held-out in-domain tasks (out-of-domain where only that was evaluated), each accuracy with its
+    95 % interval clustered by task and its episodes, and the curve per evaluated step. [] when
+    the run evaluated fewer than two steps."""
+    points = sorted(summary.get("eval", []), key=lambda p: p["step"])
+    if len(points) < 2:
+        return []
+    split = "id" if "eval/id/policy_accuracy" in points[0] else "ood"
+    first, last = points[0], points[-1]
+
+    def view(point: dict[str, Any]) -> dict[str, Any]:
+        prefix = f"eval/{split}/"
+        return {k.removeprefix(prefix): v for k, v in point.items() if k.startswith(prefix)}
+
+    before, after = view(first), view(last)
+    change = Table(
+        title=f"held out ({split}): Before (round 0) → After (round {last['step']}), "
+        "95 % intervals clustered by task"
+    )
+    for column in ("metric", "Before", "After", "change", "episodes / steps", "baseline"):
+        change.add_column(column, justify="left" if column == "metric" else "right")
+    for key, label, baseline in HELD_OUT_ROWS:
+        if key not in before or key not in after:
+            continue
+        count = "episodes" if key.startswith("policy") else "rm_steps"
+        change.add_row(
+            label,
+            _with_interval(before, key),
+            _with_interval(after, key),
+            _apart(before, after, key),
+            f"{before.get(count, math.nan):.0f} / {after.get(count, math.nan):.0f}",
+            ""
+            if baseline is None
+            else f"majority {_number(before[baseline], '.3g')} / {_number(after[baseline], '.3g')}",
+        )
+    curve = Table(title=f"held-out curve ({split})")
+    curve.add_column("round", justify="right")
+    keys = [k for k, _, _ in HELD_OUT_ROWS[:2] if k in before]
+    for _, label, _ in HELD_OUT_ROWS[: len(keys)]:
+        curve.add_column(label, justify="right")
+    for point in points:
+        shown = view(point)
+        curve.add_row(str(point["step"]), *(_with_interval(shown, k) for k in keys))
+    return [change, curve]
+
+
 def _print_summary(summary: dict[str, Any], seconds: float) -> None:
     table = Table(title=f"rlanything: {summary['run_dir']}")
     table.add_column("round", justify="right")
@@ -89,6 +157,14 @@ def _print_summary(summary: dict[str, Any], seconds: float) -> None:
             + ", ".join(
                 f"{k.removeprefix('timing/').removesuffix('_s')} {last[k]:.1f}" for k in timing
             )
+        )
+    for held_out in held_out_tables(summary):
+        console.print(held_out)
+    if summary.get("eval"):
+        curve_png = Path(summary["run_dir"]) / "plots" / "learning_curve.png"
+        console.print(
+            f"learning curve: {curve_png}; tasks accepted in all rounds: "
+            f"{summary.get('accepted_tasks_total', 0):.0f}"
         )
     flow_run_id = summary["prefect_flow_run_ids"][-1]
     console.print(f"finished in {seconds:.0f} s; files in {summary['run_dir']}")

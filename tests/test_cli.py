@@ -71,3 +71,52 @@ def test_the_prefect_ui_hint_names_the_server_the_user_will_open() -> None:
         )
     with temporary_settings(updates={PREFECT_API_URL: "http://10.0.0.5:4300/api"}):
         assert prefect_ui_hint("abc") == "http://10.0.0.5:4300/runs/flow-run/abc"
+
+
+def _point(step: int, acc: float, low: float, high: float, rm: float) -> dict[str, float]:
+    return {
+        "step": step,
+        "eval/id/policy_accuracy": acc,
+        "eval/id/policy_accuracy_ci_low": low,
+        "eval/id/policy_accuracy_ci_high": high,
+        "eval/id/episodes": 64.0,
+        "eval/id/rm_process_balanced_accuracy": rm,
+        "eval/id/rm_process_balanced_accuracy_ci_low": rm - 0.1,
+        "eval/id/rm_process_balanced_accuracy_ci_high": rm + 0.1,
+        "eval/id/rm_process_accuracy": 0.7,
+        "eval/id/rm_process_accuracy_ci_low": 0.6,
+        "eval/id/rm_process_accuracy_ci_high": 0.8,
+        "eval/id/rm_process_majority_baseline": 0.75,
+        "eval/id/rm_steps": 300.0,
+    }
+
+
+def test_a_run_with_a_learning_curve_prints_before_and_after() -> None:
+    from rich.console import Console
+
+    from flows.cli import held_out_tables
+
+    assert held_out_tables({"eval": [_point(0, 0.2, 0.1, 0.3, 0.5)]}) == []  # no After yet
+    summary = {
+        "eval": [
+            _point(4, 0.45, 0.35, 0.55, 0.58),
+            _point(0, 0.2, 0.1, 0.3, 0.5),
+            _point(2, 0.3, 0.2, 0.4, 0.55),
+        ]
+    }
+    screen = Console(width=200, record=True)
+    for table in held_out_tables(summary):
+        screen.print(table)
+    text = screen.export_text()
+    assert "Before (round 0) → After (round 4)" in text
+    policy = next(line for line in text.splitlines() if "policy accuracy" in line)
+    # 0.35 > 0.3: the intervals are apart, read from the interval keys, not the means
+    assert "0.2 [0.10, 0.30]" in policy and "0.45 [0.35, 0.55]" in policy
+    assert "rose (intervals apart)" in policy and "64 / 64" in policy
+    balanced = next(line for line in text.splitlines() if "(balanced)" in line)
+    assert "no change that the intervals can tell" in balanced and "300 / 300" in balanced
+    raw = next(line for line in text.splitlines() if "RM process accuracy  " in line)
+    assert "majority 0.75 / 0.75" in raw
+    curve = text.split("held-out curve (id)")[1].splitlines()
+    cells = [line.split("│")[1].strip() for line in curve if line.startswith("│")]
+    assert cells == ["0", "2", "4"]  # the curve in round order
