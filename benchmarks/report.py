@@ -33,6 +33,15 @@ def rows() -> list[tuple[str, str, str]]:
                     f"{r['generate_tokens_per_s']:.0f} tok/s: overhead ratio "
                     f"**{r['overhead_ratio']:.2f}**"
                 )
+                if "prefix_sharing_speedup" in r:
+                    same = "same tokens" if r["same_tokens"] else "tokens differ (rounding)"
+                    result += (
+                        "; shared prompt prefix prefilled once: "
+                        f"**{r['prefix_sharing_speedup']:.2f}×** the whole-prompt prefill "
+                        f"({r['whole_prompts_seconds']:.1f} s → "
+                        f"{r['ours_seconds']:.1f} s, {same}; {tp['machine']['torch_threads']} "
+                        "torch thread(s))"
+                    )
                 out.append(
                     (f"{label} throughput, {config} ({model})", result, f"throughput-{config}.json")
                 )

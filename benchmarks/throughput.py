@@ -4,7 +4,9 @@ Both sides decode the same prompts with the same model, batch size, sampling tem
 `max_new_tokens`, in the same batches. The rollout side is `rollout.play` (environment steps,
 prompt rendering, parsing included); the scoring side is `judging.judge` with m votes per step.
 The baseline is `transformers`' `model.generate(do_sample=True, top_k=0, top_p=1.0)` on the
-prompts they decoded. Overhead ratio = our seconds per generated token / generate's.
+prompts they decoded. Overhead ratio = our seconds per generated token / generate's. Our side
+runs twice, sharing each batch's common prompt prefix (the default) and prefilling every prompt
+whole (`share_prefix=False`), with the same seeds: the prefix-sharing speed-up at equal work.
 
     python benchmarks/throughput.py --config configs/tiny.yaml --out results.json
 """
@@ -28,8 +30,9 @@ from rlanything_core.models.modelling import eos_ids
 from rlanything_core.run.judging import judge
 from rlanything_core.run.rollout import Sampling, play
 
-# (our seconds, our tokens, generate's seconds, generate's tokens, generations)
-Timing = tuple[float, int, float, int, int]
+# (our seconds, our tokens, generate's seconds, generate's tokens, generations,
+#  our seconds with whole-prompt prefills, whether those sampled the same tokens)
+Timing = tuple[float, int, float, int, int, float, bool]
 
 
 def generate_baseline(
@@ -94,12 +97,17 @@ def measure(config_path: str, num_tasks: int, repeats: int) -> dict[str, Any]:
     }
     rollout_runs, judge_runs = [], []
     for k in range(repeats + 1):  # the first repeat warms up and is not counted
-        start = time.perf_counter()
-        rows = play(HFEngine(policy, policy_tok), env, tasks, sampling=sampling,
-                    rollouts_per_task=config.rollouts_per_task, round_idx=0, base_seed=k,
-                    checkpoint=pm.source)  # fmt: skip
-        play_s = time.perf_counter() - start
-        rollouts = rows_frame(rows, "rollouts")
+        timed: dict[bool, tuple[float, pd.DataFrame]] = {}
+        for share in (False, True):
+            start = time.perf_counter()
+            rows = play(HFEngine(policy, policy_tok, share), env, tasks, sampling=sampling,
+                        rollouts_per_task=config.rollouts_per_task, round_idx=0, base_seed=k,
+                        checkpoint=pm.source)  # fmt: skip
+            timed[share] = (time.perf_counter() - start, rows_frame(rows, "rollouts"))
+        (play_s, rollouts), (whole_s, whole) = timed[True], timed[False]
+        same = list(whole["response_token_ids"].map(list)) == list(
+            rollouts["response_token_ids"].map(list)
+        )
         play_tokens = int(rollouts["response_token_ids"].map(len).sum())
         # model.generate on the rollout's prompts, batched per lockstep step as play batches them
         batches = [
@@ -110,11 +118,16 @@ def measure(config_path: str, num_tasks: int, repeats: int) -> dict[str, Any]:
         base_s, base_tokens = generate_baseline(
             policy, policy_tok, batches, max_new_tokens=pm.max_new_tokens,
             temperature=pm.temperature)  # fmt: skip
-        start = time.perf_counter()
-        votes = pd.DataFrame(
-            judge(HFEngine(judge_model, judge_tok), rollouts, base_seed=k, **rm_kwargs)
+        judged: dict[bool, tuple[float, pd.DataFrame]] = {}
+        for share in (False, True):
+            start = time.perf_counter()
+            engine = HFEngine(judge_model, judge_tok, share)
+            out = pd.DataFrame(judge(engine, rollouts, base_seed=k, **rm_kwargs))
+            judged[share] = (time.perf_counter() - start, out)
+        (judge_s, votes), (jwhole_s, jwhole) = judged[True], judged[False]
+        jsame = list(jwhole["response_token_ids"].map(list)) == list(
+            votes["response_token_ids"].map(list)
         )
-        judge_s = time.perf_counter() - start
         judge_tokens = int(votes["response_token_ids"].map(len).sum())
         judge_batches = same_batches(list(votes["prompt_token_ids"].map(list)), rm.batch_size)
         jbase_s, jbase_tokens = generate_baseline(
@@ -122,8 +135,12 @@ def measure(config_path: str, num_tasks: int, repeats: int) -> dict[str, Any]:
             temperature=rm.temperature)  # fmt: skip
         if k == 0:
             continue
-        rollout_runs.append((play_s, play_tokens, base_s, base_tokens, len(rollouts)))
-        judge_runs.append((judge_s, judge_tokens, jbase_s, jbase_tokens, len(votes)))
+        rollout_runs.append(
+            (play_s, play_tokens, base_s, base_tokens, len(rollouts), whole_s, same)
+        )
+        judge_runs.append(
+            (judge_s, judge_tokens, jbase_s, jbase_tokens, len(votes), jwhole_s, jsame)
+        )
     return {
         "config": config_path,
         "policy": pm.source,
@@ -138,7 +155,9 @@ def measure(config_path: str, num_tasks: int, repeats: int) -> dict[str, Any]:
 
 
 def _summary(runs: list[Timing], batch: int, new: int) -> dict[str, Any]:
-    ours_s, ours_tok, base_s, base_tok, n = (sum(col) for col in zip(*runs, strict=True))
+    ours_s, ours_tok, base_s, base_tok, n, whole_s, _ = (
+        sum(col) for col in zip(*runs, strict=True)
+    )
     ours_rate, base_rate = ours_tok / ours_s, base_tok / base_s
     return {
         "batch_size": batch,
@@ -152,6 +171,11 @@ def _summary(runs: list[Timing], batch: int, new: int) -> dict[str, Any]:
         "generate_tokens_per_s": round(base_rate, 1),
         # seconds per token, ours / generate's: 1.0 = no overhead, < 1 = faster than generate
         "overhead_ratio": round(base_rate / ours_rate, 3),
+        # the same decoding with every prompt prefilled whole (no shared prefix): its seconds,
+        # the speed-up sharing gives, and whether both sampled the same tokens (equal work)
+        "whole_prompts_seconds": round(whole_s, 3),
+        "prefix_sharing_speedup": round(whole_s / ours_s, 3),
+        "same_tokens": all(run[6] for run in runs),
     }
 
 

@@ -33,11 +33,15 @@ from rlanything_core.models.services import Service, free_port, vllm_command
 
 
 class HFEngine:
-    """A loaded transformers model in this process."""
+    """A loaded transformers model in this process. `share_prefix=False` prefills every distinct
+    prompt whole instead of a batch's shared prefix once (`modelling.generate`; benchmarks)."""
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
+    def __init__(
+        self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, share_prefix: bool = True
+    ) -> None:
         self.model = model
         self.tokenizer = tokenizer
+        self.share_prefix = share_prefix
 
     def generate(
         self,
@@ -58,6 +62,7 @@ class HFEngine:
             temperature=temperature,
             batch_size=batch_size,
             on_batch=on_batch,
+            share_prefix=self.share_prefix,
         )
 
     def decode(self, token_ids: Sequence[int]) -> str:

@@ -7,7 +7,9 @@ this module serves all three.
 Choices (METHOD.md §1, policy loss):
 1. Generation is a plain batched decoding loop over the model's KV cache, so that every sample
    draws from its own `torch.Generator` seeded by `derive_seed(...)`: a sample does not depend on
-   which other samples share its batch (up to floating-point effects of padding).
+   which other samples share its batch (up to floating-point effects of padding). A batch
+   prefills each distinct prompt once, and the prefix its prompts share (system prompt, task)
+   once for all of them (`_prefill`), as vLLM's prefix caching reuses a shared prefix's KV cache.
 2. Log-probs are taken from logits divided by the sampling temperature (as TRL and verl do), both
    in the sampler and in training, so the two are comparable.
 3. The old log-probs of an update are recomputed with the loaded checkpoint before the first
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 import torch
 from torch.distributed.tensor import DTensor
 from transformers import PreTrainedModel
+from transformers.modeling_outputs import CausalLMOutputWithPast
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from rlanything_core.base.generation import Generation, Messages
@@ -70,6 +73,7 @@ def generate(
     on_token: TokenCallback | None = None,
     top_logprobs: int = 0,
     ignore_eos: bool = False,
+    share_prefix: bool = True,
 ) -> list[Generation]:
     """Sample one answer per prompt, each from its own seeded generator.
 
@@ -80,7 +84,8 @@ def generate(
     prompt i's answer after that token (finish_reason "stop"). What it raises propagates.
     `top_logprobs=k` also keeps the k likeliest tokens at each position
     (`Generation.top_logprobs`). `ignore_eos` decodes `max_new_tokens` whatever is sampled
-    (benchmarks, as vLLM's option of that name).
+    (benchmarks, as vLLM's option of that name). `share_prefix=False` prefills every distinct
+    prompt whole, not the prefix a batch shares once (benchmarks, tests).
     """
     if len(prompts) != len(seeds):
         raise ValueError(f"got {len(prompts)} prompts but {len(seeds)} seeds")
@@ -103,6 +108,7 @@ def generate(
             pad_id=tokenizer.pad_token_id,
             on_token=None if on_token is None else _in_chunk(on_token, chunk),
             top_logprobs=top_logprobs,
+            share_prefix=share_prefix,
         )
         for i, (tokens, logprobs, tops, ended) in zip(chunk, outs, strict=True):
             text_ids = tokens[:-1] if ended == "eos" else tokens
@@ -125,6 +131,63 @@ def _in_chunk(on_token: TokenCallback, chunk: list[int]) -> TokenCallback:
     return lambda row, token, logprob, top: on_token(chunk[row], token, logprob, top)
 
 
+MIN_SHARED_PREFIX = 16
+"""Shortest prefix, in tokens, that `_prefill` computes once for a whole batch."""
+
+
+def shared_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
+    """Length of the prefix all `prompts` share, short of the shortest prompt's last token (each
+    prompt keeps at least one token of its own, whose logits start its answer)."""
+    first, limit = prompts[0], min(len(p) for p in prompts) - 1
+    n = 0
+    while n < limit and all(p[n] == first[n] for p in prompts):
+        n += 1
+    return n
+
+
+def _prefill(
+    model: PreTrainedModel, prompts: list[tuple[int, ...]], *, pad_id: int, share_prefix: bool
+) -> tuple[CausalLMOutputWithPast, torch.Tensor, torch.Tensor]:
+    """Run distinct prompts through the model; (output with the KV cache and the last position's
+    logits, attention mask (U, L), position ids (U, L')).
+
+    With `share_prefix`, a prefix of at least `MIN_SHARED_PREFIX` tokens that every prompt shares
+    is computed once, on one row, and its KV cache copied to all U rows; the rest of each prompt
+    follows it, left-padded, so a row reads [shared prefix][padding][own tokens] with positions
+    that skip the padding. Otherwise every prompt is left-padded whole. Both give each prompt the
+    same keys and values up to floating-point effects of the shapes
+    (`test_a_shared_prefix_is_prefilled_once_with_the_same_result`).
+    """
+    device = next(model.parameters()).device
+    shared = shared_prefix_length(prompts) if share_prefix and len(prompts) > 1 else 0
+    cache = None
+    if shared >= MIN_SHARED_PREFIX:
+        head = torch.tensor([prompts[0][:shared]], device=device)  # (1, S)
+        cache = model(input_ids=head, use_cache=True, logits_to_keep=1).past_key_values
+        cache.reorder_cache(torch.zeros(len(prompts), dtype=torch.long, device=device))
+    else:
+        shared = 0
+    width = max(len(p) for p in prompts) - shared
+    input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)  # (U, W), left-padded
+    own = torch.zeros((len(prompts), width), dtype=torch.long)  # (U, W)
+    for u, ids in enumerate(prompts):
+        input_ids[u, width - len(ids) + shared :] = torch.tensor(ids[shared:])
+        own[u, width - len(ids) + shared :] = 1
+    input_ids, own = input_ids.to(device), own.to(device)
+    positions = shared + (own.cumsum(-1) - 1).clamp(min=0)  # (U, W)
+    attention = torch.cat([own.new_ones((len(prompts), shared)), own], dim=1)  # (U, S + W)
+    # Logits of the last position only: all of them would take U × L × vocabulary floats.
+    out = model(
+        input_ids=input_ids,
+        attention_mask=attention,
+        position_ids=positions,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    return out, attention, positions
+
+
 def _decode_batch(
     model: PreTrainedModel,
     prompt_ids: list[list[int]],
@@ -136,6 +199,7 @@ def _decode_batch(
     pad_id: int,
     on_token: TokenCallback | None = None,
     top_logprobs: int = 0,
+    share_prefix: bool = True,
 ) -> list[tuple[list[int], list[float], list[list[tuple[int, float]]], str]]:
     """Each row's tokens, their log-probs, the top-k alternatives (top_logprobs > 0) and why it
     ended: "eos" (an end token, the last of its tokens), "stop" (`on_token` said so) or
@@ -145,25 +209,12 @@ def _decode_batch(
     # Prefill each distinct prompt once (e.g. the m votes on one step), then copy its KV cache.
     unique: dict[tuple[int, ...], int] = {}
     row_of = [unique.setdefault(tuple(p), len(unique)) for p in prompt_ids]  # (B,) → unique row
-    width = max(len(p) for p in unique)
-    input_ids = torch.full((len(unique), width), pad_id, dtype=torch.long)  # (U, L), left-padded
-    attention = torch.zeros((len(unique), width), dtype=torch.long)  # (U, L)
-    for ids, u in unique.items():
-        input_ids[u, width - len(ids) :] = torch.tensor(ids)
-        attention[u, width - len(ids) :] = 1
-    input_ids, attention = input_ids.to(device), attention.to(device)
-    positions = (attention.cumsum(-1) - 1).clamp(min=0)  # (U, L)
-    generators = [torch.Generator(device=device).manual_seed(s) for s in seeds]
-
-    # Logits of the last position only: all of them would take U × L × vocabulary floats.
-    out = model(
-        input_ids=input_ids,
-        attention_mask=attention,
-        position_ids=positions,
-        use_cache=True,
-        logits_to_keep=1,
+    out, attention, positions = _prefill(
+        model, list(unique), pad_id=pad_id, share_prefix=share_prefix
     )
+    generators = [torch.Generator(device=device).manual_seed(s) for s in seeds]
     index = torch.tensor(row_of, device=device)
+    assert out.logits is not None
     out.past_key_values.reorder_cache(index)  # (U, …) → (B, …)
     out.logits = out.logits[index]
     attention, positions = attention[index], positions[index]  # (B, L)
