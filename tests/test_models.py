@@ -222,6 +222,26 @@ def test_a_shared_prefix_is_prefilled_once_with_the_same_result() -> None:
         )
 
 
+def test_no_shared_prefix_where_a_sliding_window_is_shorter_than_the_prompts() -> None:
+    model, tok = load_model("tiny", device="cpu")
+    prompts = [tuple(encode_chat(tok, p)) for p in STEPS]
+    longest, shared = max(len(p) for p in prompts), shared_prefix_length(prompts)
+    widths: list[tuple[int, ...]] = []
+    forward = model.forward
+
+    def recorded(*args: object, **kwargs: torch.Tensor) -> object:
+        widths.append(tuple(kwargs["input_ids"].shape))
+        return forward(*args, **kwargs)
+
+    model.forward = recorded  # type: ignore[method-assign]
+    for window, first in ((longest - 1, (5, longest)), (longest, (1, shared))):
+        model.config.sliding_window = window
+        widths.clear()
+        with torch.no_grad():
+            _prefill(model, prompts, pad_id=tok.pad_token_id, share_prefix=True)
+        assert widths[0] == first
+
+
 @pytest.mark.parametrize(("dtype", "bound"), [("float32", 1e-5), ("bfloat16", 0.02)])
 def test_shared_prefix_changes_next_token_logprobs_by_at_most(dtype: str, bound: float) -> None:
     # bfloat16 computes the prefix in other shapes than a whole-prompt prefill would, so its

@@ -156,9 +156,16 @@ def _prefill(
     follows it, left-padded, so a row reads [shared prefix][padding][own tokens] with positions
     that skip the padding. Otherwise every prompt is left-padded whole. Both give each prompt the
     same keys and values up to floating-point effects of the shapes
-    (`test_a_shared_prefix_is_prefilled_once_with_the_same_result`).
+    (`test_a_shared_prefix_is_prefilled_once_with_the_same_result`). Not where the model
+    attends over a sliding window shorter than the prompts: padding inside a row would take
+    room in the window that left padding does not.
     """
     device = next(model.parameters()).device
+    window = getattr(model.config, "sliding_window", None) or 0
+    if getattr(model.config, "use_sliding_window", True) is False:
+        window = 0
+    if window and max(len(p) for p in prompts) > int(window):
+        share_prefix = False
     shared = shared_prefix_length(prompts) if share_prefix and len(prompts) > 1 else 0
     cache = None
     if shared >= MIN_SHARED_PREFIX:
