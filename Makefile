@@ -61,9 +61,12 @@ bench: setup
 	$(BIN)/python benchmarks/orchestration.py --config configs/demo.yaml --rounds 1 --out benchmarks/results/orchestration-demo.json
 	$(BIN)/python benchmarks/round_profile.py --config configs/demo.yaml --out benchmarks/results/round-profile-demo.json
 	$(BIN)/python benchmarks/trl_grpo.py --config configs/tiny.yaml --out benchmarks/results/trl-grpo.json
+	$(BIN)/python benchmarks/trl_grpo.py --config configs/demo.yaml --out benchmarks/results/trl-grpo-demo.json
 	$(BIN)/python benchmarks/sft_speed.py --config configs/learning-household-3000.yaml --out benchmarks/results/sft-speed.json
+	$(BIN)/python benchmarks/demo_run.py --config configs/demo.yaml --out benchmarks/results/demo-run.json
 	$(BIN)/python benchmarks/serve_load.py --out benchmarks/results/serve-load.json
 	$(BIN)/python benchmarks/serve_load.py --model embedded:smollm2-135m-instruct --out benchmarks/results/serve-load-smollm2.json
+	$(BIN)/python benchmarks/targets.py --out benchmarks/results/targets-demo.json
 
 # The paper's ablation at CPU scale (7 rows x 3 seeds: Table 1's five, Step-only, Anchor-state); see README "Ablation".
 ablation: setup

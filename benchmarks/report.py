@@ -69,17 +69,21 @@ def rows() -> list[tuple[str, str, str]]:
                     f"orchestration-{config}.json",
                 )
             )
-    trl = _load("trl-grpo")
-    if trl:
+    for name, label in (("trl-grpo", "tiny"), ("trl-grpo-demo", "SmolLM2-135M")):
+        trl = _load(name)
+        if not trl:
+            continue
         ours, theirs = trl["ours"], trl["trl"]
+        weights = f", {theirs['dtype']}" if "dtype" in theirs else ""
+        weights += f", LoRA rank {theirs['lora_rank']}" if theirs.get("lora_rank") else ""
         out.append(
             (
-                f"training step vs TRL {theirs['trl_version']} GRPOTrainer (tiny)",
+                f"training step vs TRL {theirs['trl_version']} GRPOTrainer ({label}{weights})",
                 f"ours {ours['median_s']:.2f} s per round ({ours['completions_per_round'][-1]} "
                 f"completions) vs TRL {theirs['median_s']:.2f} s per step "
                 f"({theirs['completions_per_step']}): ratio **{trl['ratio_per_step']:.2f}** "
                 f"(per 1000 completions {trl['ratio_per_1000_completions']:.2f})",
-                "trl-grpo.json",
+                f"{name}.json",
             )
         )
     speed = _load("sft-speed")

@@ -1,7 +1,9 @@
 """Time per training step: our outcome-only round against TRL's `GRPOTrainer`, side by side.
 
-Same tiny model (configs/tiny.yaml's policy), same prompts (the step prompts our rounds decoded),
-same number of generations per prompt (G = rollouts_per_task), same completion length
+Same model (the config's policy: configs/tiny.yaml's tiny model, or configs/demo.yaml's
+SmolLM2-135M), same weights' dtype (the config's `dtype`, resolved on this machine) and LoRA
+rank and alpha where the config trains an adapter, same prompts (the step prompts our rounds
+decoded), same number of generations per prompt (G = rollouts_per_task), same completion length
 (max_new_tokens), same temperature, same learning rate, one optimizer step over about as many
 completions as one of our rounds makes, on this CPU.
 
@@ -34,6 +36,7 @@ from orchestration import TIMES, instrumented, round_seconds
 import flows.train
 from rlanything_core.base.schemas import read_dataset
 from rlanything_core.method.parsing import parse_action_index
+from rlanything_core.models.devices import resolve_dtype
 from rlanything_core.models.loading import resolve_source
 from rlanything_core.run.rundir import RunDir
 
@@ -84,7 +87,9 @@ def _num_actions(prompt: str) -> int:
 
 def trl_steps(config_path: str, rollouts: pd.DataFrame, steps: int) -> dict[str, Any]:
     """Per-step seconds of GRPOTrainer on the same model, prompts, G and lengths."""
+    import torch
     from datasets import Dataset
+    from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
@@ -116,6 +121,18 @@ def trl_steps(config_path: str, rollouts: pd.DataFrame, steps: int) -> dict[str,
             seconds.append(time.perf_counter() - self.start)
 
     path = str(resolve_source(pm.source))
+    dtype = resolve_dtype(pm.dtype, torch.device("cpu"))
+    lora = (
+        LoraConfig(
+            r=up.lora_rank,
+            lora_alpha=up.lora_alpha,
+            lora_dropout=0.0,
+            target_modules="all-linear",
+            task_type="CAUSAL_LM",
+        )
+        if up.lora_rank
+        else None
+    )
     with isolated_workdir("trl") as root:
         args = GRPOConfig(
             output_dir=str(root / "out"),
@@ -137,12 +154,13 @@ def trl_steps(config_path: str, rollouts: pd.DataFrame, steps: int) -> dict[str,
             seed=config.seed,
         )
         trainer = GRPOTrainer(
-            model=AutoModelForCausalLM.from_pretrained(path),
+            model=AutoModelForCausalLM.from_pretrained(path, dtype=dtype),
             reward_funcs=admissible,
             args=args,
             train_dataset=data,
             processing_class=AutoTokenizer.from_pretrained(path),
             callbacks=[StepTimer()],
+            peft_config=lora,
         )
         trainer.train()
     timed = seconds[1:]
@@ -154,6 +172,8 @@ def trl_steps(config_path: str, rollouts: pd.DataFrame, steps: int) -> dict[str,
         "median_s": round(statistics.median(timed), 3),
         "s_per_1000_completions": round(1000 * statistics.mean(timed) / completions, 3),
         "beta": up.kl_beta,
+        "dtype": str(dtype).removeprefix("torch."),
+        "lora_rank": up.lora_rank,
     }
 
 

@@ -191,20 +191,26 @@ STEPS = [
 ]
 
 
+def _record_input_shapes(model: torch.nn.Module) -> list[tuple[int, ...]]:
+    """The shape of `input_ids` of each forward `model` runs from now on, in order."""
+    shapes: list[tuple[int, ...]] = []
+    forward = model.forward
+
+    def recorded(*args: object, **kwargs: torch.Tensor) -> object:
+        shapes.append(tuple(kwargs["input_ids"].shape))
+        return forward(*args, **kwargs)
+
+    model.forward = recorded  # type: ignore[method-assign]
+    return shapes
+
+
 def test_a_shared_prefix_is_prefilled_once_with_the_same_result() -> None:
     model, tok = load_model("tiny", device="cpu")
     encoded = [encode_chat(tok, p) for p in STEPS]
     shared = shared_prefix_length(encoded)
     assert shared >= MIN_SHARED_PREFIX
     assert encoded[0][:shared] == encoded[4][:shared] and encoded[0][shared] != encoded[4][shared]
-    widths: list[tuple[int, ...]] = []
-    forward = model.forward
-
-    def recorded(*args: object, **kwargs: torch.Tensor) -> object:
-        widths.append(tuple(kwargs["input_ids"].shape))
-        return forward(*args, **kwargs)
-
-    model.forward = recorded  # type: ignore[method-assign]
+    widths = _record_input_shapes(model)
     seeds = [21, 22, 23, 24, 25]
     whole = generate(
         model, tok, STEPS, seeds, max_new_tokens=10, temperature=1.0, share_prefix=False
@@ -226,14 +232,7 @@ def test_no_shared_prefix_where_a_sliding_window_is_shorter_than_the_prompts() -
     model, tok = load_model("tiny", device="cpu")
     prompts = [tuple(encode_chat(tok, p)) for p in STEPS]
     longest, shared = max(len(p) for p in prompts), shared_prefix_length(prompts)
-    widths: list[tuple[int, ...]] = []
-    forward = model.forward
-
-    def recorded(*args: object, **kwargs: torch.Tensor) -> object:
-        widths.append(tuple(kwargs["input_ids"].shape))
-        return forward(*args, **kwargs)
-
-    model.forward = recorded  # type: ignore[method-assign]
+    widths = _record_input_shapes(model)
     for window, first in ((longest - 1, (5, longest)), (longest, (1, shared))):
         model.config.sliding_window = window
         widths.clear()

@@ -1,0 +1,161 @@
+"""Issue 22's budgets for the `make run` demo, read from the benchmark results, met or not.
+
+Each target names the result file it is read from, the number measured there, whether it is
+met, and, where it is not, the next lever: what we would change next, as measured so far. A
+target whose result file is missing is "not measured". Writes one JSON and prints a table.
+
+    python benchmarks/targets.py --out benchmarks/results/targets-demo.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from common import git_commit, save
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _load(name: str) -> dict[str, Any] | None:
+    path = RESULTS / name
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def demo_wall_seconds(run: dict[str, Any]) -> float:
+    return float(run["wall_seconds"])
+
+
+def demo_peak_rss_gb(run: dict[str, Any]) -> float:
+    return float(run["peak_rss_tree_mb"]) / 1024
+
+
+def round_seconds(profile: dict[str, Any]) -> float:
+    """Seconds in the stages of one round, warm starts aside, averaged over the rounds."""
+    stages = [s for s in profile["stages"] if not s["stage"].startswith("warm-start")]
+    return sum(float(s["seconds"]) for s in stages) / int(profile["rounds"])
+
+
+def update_mfu(profile: dict[str, Any]) -> float:
+    """The policy and RM updates' FLOPs over their compute seconds (forward, backward, log-prob
+    passes), against the matmul peak of the model's dtype measured in the same run."""
+    flops = seconds = 0.0
+    for stage in profile["stages"]:
+        if stage["stage"] not in ("policy-update", "rm-update"):
+            continue
+        for name in ("train_forward", "backward", "logprob"):
+            part = stage["parts"].get(name)
+            if part:
+                flops += float(part["gflop_per_s"]) * float(part["seconds"])
+                seconds += float(part["seconds"])
+    peak = float(profile["matmul_peak_gflop_per_s"][profile["model_dtype"]])
+    return flops / seconds / peak
+
+
+def generation_speed_over_generate(throughput: dict[str, Any]) -> float:
+    """Rollout plus RM scoring tokens per second over `generate`'s on the same work."""
+    parts = [throughput["rollout"], throughput["reward_scoring"]]
+    ours = sum(p["ours_tokens"] for p in parts) / sum(p["ours_seconds"] for p in parts)
+    base = sum(p["generate_tokens"] for p in parts) / sum(p["generate_seconds"] for p in parts)
+    return ours / base
+
+
+def trl_ratio(trl: dict[str, Any]) -> float:
+    return float(trl["ratio_per_step"])
+
+
+# (name, result file, how to read it, target, "max" or "min", next lever if not met)
+TARGETS: list[tuple[str, str, Callable[[dict[str, Any]], float], float, str, str]] = [
+    (
+        "make run wall seconds (after install, warm starts included)",
+        "demo-run.json",
+        demo_wall_seconds,
+        600.0,
+        "max",
+        "a demo config with held-out evaluation sized to fit; generation is most of a round",
+    ),
+    (
+        "demo peak RSS, GB (process tree)",
+        "demo-run.json",
+        demo_peak_rss_gb,
+        6.0,
+        "max",
+        "one loaded copy of SmolLM2 per role at a time, and gradient checkpointing in updates",
+    ),
+    (
+        "SmolLM2 demo round seconds (stages, warm starts aside)",
+        "round-profile-demo.json",
+        round_seconds,
+        60.0,
+        "max",
+        "prefill is the largest part: share prefixes per task, not only per batch; then the "
+        "acceptance check, which replays every candidate and its parent",
+    ),
+    (
+        "rollout + RM scoring tokens/s over plain batched generate",
+        "throughput-demo.json",
+        generation_speed_over_generate,
+        3.0,
+        "min",
+        "decoding runs one token per forward over batches of at most 24 answers (2-13 % MFU): "
+        "larger decode batches across tasks",
+    ),
+    (
+        "policy and RM update MFU (of the measured matmul peak)",
+        "round-profile-demo.json",
+        update_mfu,
+        0.5,
+        "min",
+        "LoRA updates on micro-batches of 4: larger micro-batches, fewer padded tokens",
+    ),
+    (
+        "outcome-only round / TRL GRPOTrainer step, SmolLM2 (equal work)",
+        "trl-grpo-demo.json",
+        trl_ratio,
+        0.5,
+        "max",
+        "the round's generation (multi-step episodes) against TRL's single-step completions",
+    ),
+]
+
+
+def check() -> list[dict[str, Any]]:
+    rows = []
+    for name, source, read, target, kind, lever in TARGETS:
+        result = _load(source)
+        row: dict[str, Any] = {
+            "target": name,
+            "goal": f"{'<=' if kind == 'max' else '>='} {target}",
+        }
+        row["source"] = f"benchmarks/results/{source}"
+        if result is None:
+            row |= {"measured": None, "met": None, "next_lever": lever}
+        else:
+            value = read(result)
+            met = value <= target if kind == "max" else value >= target
+            row |= {
+                "measured": round(value, 3),
+                "measured_at": result.get("measured_at"),
+                "met": met,
+                "next_lever": None if met else lever,
+            }
+        rows.append(row)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    rows = check()
+    save(args.out, {"benchmark": "targets", "commit": git_commit(), "targets": rows})
+    for row in rows:
+        state = {None: "not measured", True: "met", False: "NOT met"}[row["met"]]
+        print(f"{row['target']}: {row['measured']} (goal {row['goal']}): {state}")
+
+
+if __name__ == "__main__":
+    main()
