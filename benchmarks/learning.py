@@ -104,19 +104,36 @@ def table(curve: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+STOP_GRACE_S = 60.0
+"""How long a stopped run may take to end before its process group is killed."""
+
+
 def _run_as_group(command: list[str]) -> int:
     """Run `command` in a process group of its own and return its exit code. A SIGTERM or
     SIGINT sent to this script goes to that whole group: the run and the Prefect server it
-    started stop together, and running this script again resumes the run."""
+    started stop together, and running this script again resumes the run. A group still alive
+    `STOP_GRACE_S` later is killed (SIGKILL): Prefect turns SIGTERM into an exception raised
+    wherever the run is, and one raised inside a finalizer is lost (seen: a run that went on
+    into its next evaluation). Writes are atomic, so a killed run resumes as a stopped one."""
     child = subprocess.Popen(command, env=os.environ, start_new_session=True)
+    deadline: list[float] = []
 
-    def forward(signum: int, _frame: object) -> None:
+    def signal_group(signum: int) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child.pid, signum)
 
+    def forward(signum: int, _frame: object) -> None:
+        signal_group(signum)
+        deadline[:] = deadline or [time.monotonic() + STOP_GRACE_S]
+
     previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        return child.wait()
+        while True:
+            try:
+                return child.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                if deadline and time.monotonic() > deadline[0]:
+                    signal_group(signal.SIGKILL)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
