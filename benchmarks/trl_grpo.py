@@ -137,6 +137,8 @@ def trl_steps(config_path: str, rollouts: pd.DataFrame, steps: int) -> dict[str,
         args = GRPOConfig(
             output_dir=str(root / "out"),
             use_cpu=True,
+            # TRL 1.x checkpoints activations by default; our updates do not (equal work)
+            gradient_checkpointing=False,
             bf16=False,
             report_to="none",
             save_strategy="no",
@@ -172,6 +174,7 @@ def trl_steps(config_path: str, rollouts: pd.DataFrame, steps: int) -> dict[str,
         "median_s": round(statistics.median(timed), 3),
         "s_per_1000_completions": round(1000 * statistics.mean(timed) / completions, 3),
         "beta": up.kl_beta,
+        "gradient_checkpointing": args.gradient_checkpointing,
         "dtype": str(dtype).removeprefix("torch."),
         "lora_rank": up.lora_rank,
     }
