@@ -105,6 +105,43 @@ def test_sampler_logprobs_match_recomputed_ones() -> None:
 
 
 @pytest.mark.parametrize("lora_rank", [0, 4])
+def test_the_lm_head_gets_a_contiguous_input_and_the_same_logprobs_and_gradients(
+    lora_rank: int,
+) -> None:
+    """`logits_to_keep` hands the LM head a strided slice, which autograd ran as a matmul over
+    the head's weight copied per row (38 % of a SmolLM2 warm-start step): loaded models make it
+    contiguous first, with the same log-probs and gradients."""
+    torch.manual_seed(0)
+    model, tok = load_model("tiny", device="cpu", trainable=True, lora_rank=lora_rank)
+    seen: list[bool] = []
+    head = model.get_output_embeddings()
+    head.register_forward_pre_hook(lambda _m, args: seen.append(args[0].is_contiguous()))
+    out = generate(model, tok, PROMPTS, [4, 5, 6], max_new_tokens=6, temperature=1.0)
+    prompts = [g.prompt_token_ids for g in out]
+    responses = [with_eos(g.token_ids, tok.eos_token_id) for g in out]
+
+    def logprobs_and_grads() -> tuple[torch.Tensor, list[torch.Tensor]]:
+        model.zero_grad(set_to_none=True)
+        logp, mask = response_logprobs(
+            model, prompts, responses, temperature=1.0, pad_id=tok.pad_token_id
+        )
+        (-(logp * mask).sum()).backward()
+        grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        return logp.detach(), grads
+
+    logp, grads = logprobs_and_grads()
+    assert seen and all(seen)
+    head._forward_pre_hooks.clear()  # without our hook: the strided slice
+    seen.clear()
+    head.register_forward_pre_hook(lambda _m, args: seen.append(args[0].is_contiguous()))
+    plain_logp, plain_grads = logprobs_and_grads()
+    assert not all(seen)  # the slice is strided: the hook is what makes it contiguous
+    torch.testing.assert_close(logp, plain_logp, atol=1e-5, rtol=0)
+    for g, plain in zip(grads, plain_grads, strict=True):
+        torch.testing.assert_close(g, plain, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("lora_rank", [0, 4])
 def test_one_generation_and_update_changes_parameters(lora_rank: int) -> None:
     torch.manual_seed(0)
     model, tok = load_model("tiny", device="cpu", trainable=True, lora_rank=lora_rank)

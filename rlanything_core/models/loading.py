@@ -86,6 +86,21 @@ def _autocast_forward(model: Any, device: torch.device, dtype: torch.dtype) -> N
     model.forward = autocast_forward
 
 
+def contiguous_head_input(model: Any) -> None:
+    """Hand the output layer (LM head) a contiguous input.
+
+    With `logits_to_keep`, transformers slices the last positions of the hidden states
+    (`hidden[:, -k:, :]`, not contiguous) before the LM head. Where autograd records that linear
+    layer, torch 2.13 on CPU runs it as a batched matmul over the weight copied once per row:
+    for SmolLM2 (vocabulary 49152) and 8 rows that is a 453 MB copy forward and another
+    backward, 38 % of a warm-start step's CPU time (torch profiler, 8 pairs of 210 tokens,
+    bfloat16). A contiguous copy of the few kept positions makes it one plain matmul; the
+    logits are the same up to rounding (tested)."""
+    head = model.get_output_embeddings()
+    if head is not None:
+        head.register_forward_pre_hook(lambda _module, args: (args[0].contiguous(), *args[1:]))
+
+
 def load_tokenizer(source: str) -> PreTrainedTokenizerBase:
     """The tokenizer of `source`; an adapter saved without one uses its base model's."""
     path = resolve_source(source)
@@ -146,6 +161,7 @@ def load_model(
             )
     model.to(dev)
     model.train(trainable)
+    contiguous_head_input(model)
     compute = autocast_dtype(dtype, dev)
     if compute is not None:
         _autocast_forward(model, dev, compute)
