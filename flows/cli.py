@@ -74,6 +74,7 @@ def _prefect_defaults() -> None:
 # baseline to print beside it or None). The RM's accuracy is the balanced one (issue 10).
 HELD_OUT_ROWS = (
     ("policy_accuracy", "policy accuracy", None),
+    ("invalid_actions", "policy: answers naming no admissible action", None),
     ("rm_process_balanced_accuracy", "RM process accuracy (balanced)", None),
     ("rm_process_accuracy", "RM process accuracy", "rm_process_majority_baseline"),
 )
@@ -116,7 +117,7 @@ def held_out_tables(summary: dict[str, Any]) -> list[Table]:
     for key, label, baseline in HELD_OUT_ROWS:
         if key not in before or key not in after:
             continue
-        count = "episodes" if key.startswith("policy") else "rm_steps"
+        count = {"policy_accuracy": "episodes", "invalid_actions": "steps"}.get(key, "rm_steps")
         change.add_row(
             label,
             _with_interval(before, key),
@@ -129,8 +130,10 @@ def held_out_tables(summary: dict[str, Any]) -> list[Table]:
         )
     curve = Table(title=f"held-out curve ({split})")
     curve.add_column("round", justify="right")
-    keys = [k for k, _, _ in HELD_OUT_ROWS[:2] if k in before]
-    for _, label, _ in HELD_OUT_ROWS[: len(keys)]:
+    # The curve: every held-out row but the RM's plain accuracy (its balanced one is shown).
+    shown_rows = [(k, label) for k, label, base in HELD_OUT_ROWS if base is None and k in before]
+    keys = [k for k, _ in shown_rows]
+    for _, label in shown_rows:
         curve.add_column(label, justify="right")
     for point in points:
         shown = view(point)

@@ -143,19 +143,22 @@ def rlanything_eval(
 
 def policy_metrics(split: str, rollouts: pd.DataFrame) -> dict[str, float]:
     """On one split's rollouts: accuracy (episodes that succeed) and pass@k for k = 1 … episodes
-    per task, each with its 95 % interval clustered by task; the share of invalid actions; and
-    the episodes and tasks played."""
+    per task, and the share of steps whose answer named no admissible action, each with its 95 %
+    interval clustered by task; and the episodes, tasks and steps played."""
     played = episodes(rollouts)
     tasks = task_key(played)
     prefix = f"eval/{split}"
     metrics = as_metrics(f"{prefix}/policy_accuracy", accuracy(played["outcome"] > 0, tasks))
-    metrics[f"{prefix}/invalid_actions"] = float((~rollouts["action_valid"]).mean())
+    # The share of steps whose answer named no admissible action, clustered by task too.
+    invalid = accuracy(~rollouts["action_valid"].to_numpy(bool), task_key(rollouts))
+    metrics |= as_metrics(f"{prefix}/invalid_actions", invalid)
     per_task = pass_at_k_per_task(rollouts)  # (tasks, k): one cluster per row
     for k, values in per_task.items():
         estimate = accuracy(values, np.arange(len(values)))  # a mean of per-task values
         metrics |= as_metrics(f"{prefix}/pass_at_{k}", estimate)
     metrics[f"{prefix}/episodes"] = float(len(played))
     metrics[f"{prefix}/tasks"] = float(tasks.nunique())
+    metrics[f"{prefix}/steps"] = float(len(rollouts))
     return metrics
 
 

@@ -80,6 +80,10 @@ def _point(step: int, acc: float, low: float, high: float, rm: float) -> dict[st
         "eval/id/policy_accuracy_ci_low": low,
         "eval/id/policy_accuracy_ci_high": high,
         "eval/id/episodes": 64.0,
+        "eval/id/invalid_actions": 0.5 - acc,
+        "eval/id/invalid_actions_ci_low": 0.45 - acc,
+        "eval/id/invalid_actions_ci_high": 0.55 - acc,
+        "eval/id/steps": 200.0 + 100 * step,
         "eval/id/rm_process_balanced_accuracy": rm,
         "eval/id/rm_process_balanced_accuracy_ci_low": rm - 0.1,
         "eval/id/rm_process_balanced_accuracy_ci_high": rm + 0.1,
@@ -115,6 +119,10 @@ def test_a_run_with_a_learning_curve_prints_before_and_after() -> None:
     assert "rose (intervals apart)" in policy and "64 / 64" in policy
     balanced = next(line for line in text.splitlines() if "(balanced)" in line)
     assert "no change that the intervals can tell" in balanced and "300 / 300" in balanced
+    invalid = next(line for line in text.splitlines() if "no admissible action" in line)
+    # 0.5 − acc: 0.3 [0.25, 0.35] → 0.05 [0.00, 0.10]: fell, counted in steps
+    assert "0.3 [0.25, 0.35]" in invalid and "0.05 [0.00, 0.10]" in invalid
+    assert "fell (intervals apart)" in invalid and "200 / 600" in invalid
     raw = next(line for line in text.splitlines() if "RM process accuracy  " in line)
     assert "majority 0.75 / 0.75" in raw
     curve = text.split("held-out curve (id)")[1].splitlines()

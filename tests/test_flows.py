@@ -400,6 +400,7 @@ def test_eval_on_held_out_tasks(tmp_path: Path) -> None:
     )
     accuracies = (
         "policy_accuracy",
+        "invalid_actions",
         "pass_at_1",
         "pass_at_2",
         "rm_process_accuracy",
@@ -408,13 +409,12 @@ def test_eval_on_held_out_tasks(tmp_path: Path) -> None:
         "rm_outcome_balanced_accuracy",
     )
     rates = (
-        "invalid_actions",
         "rm_parse_failure_rate",
         "rm_progress_label_rate",
         "rm_process_majority_baseline",
         "rm_outcome_majority_baseline",
     )
-    names = {*rates, "episodes", "tasks", "rm_steps"}
+    names = {*rates, "episodes", "tasks", "steps", "rm_steps"}
     names |= {f"{a}{suffix}" for a in accuracies for suffix in ("", "_ci_low", "_ci_high")}
     assert set(metrics) == {f"eval/{split}/{name}" for split in ("id", "ood") for name in names}
     for split in ("id", "ood"):

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
-from flows.evaluate import reward_model_metrics
+from flows.evaluate import policy_metrics, reward_model_metrics
 from rlanything_core.base.schemas import SCHEMAS, read_dataset, rows_frame, to_table, write_dataset
 from rlanything_core.envs.household.world import build_world, parse_spec, plan
 from rlanything_core.envs.interface import make_environment
@@ -182,6 +182,20 @@ def test_reward_model_eval_metrics_and_intervals_by_hand() -> None:
     )
     assert got["eval/id/rm_outcome_balanced_accuracy_ci_high"] == 1.0
     assert got["eval/id/rm_parse_failure_rate"] == pytest.approx(4 / 24)
+
+
+def test_invalid_answer_share_and_its_interval_by_hand() -> None:
+    # 3 tasks, one episode of 4 steps each; invalid answers: a 1, b 0, c 1 → R = 2/12 = 1/6.
+    # Residuals Σ_task (invalid − R·steps): a 1 − 2/3 = 1/3, b −2/3, c 1/3 → Σ² = 2/3;
+    # V = 3/2 · (2/3)/12² = 1/144, √V = 1/12.
+    steps = [_step(t, 0, i, -1) for t in "abc" for i in range(4)]
+    for t, i in (("a", 2), ("c", 0)):
+        next(s for s in steps if s["task_id"] == t and s["step_idx"] == i)["action_valid"] = False
+    got = policy_metrics("id", rows_frame(steps, "rollouts"))
+    assert got["eval/id/invalid_actions"] == pytest.approx(1 / 6)
+    assert got["eval/id/invalid_actions_ci_low"] == pytest.approx(1 / 6 - 1.96 / 12)
+    assert got["eval/id/invalid_actions_ci_high"] == pytest.approx(1 / 6 + 1.96 / 12)
+    assert (got["eval/id/steps"], got["eval/id/episodes"], got["eval/id/tasks"]) == (12, 3, 3)
 
 
 def test_outcome_only_mode_uses_the_outcome_as_reward(tmp_path: Path) -> None:
