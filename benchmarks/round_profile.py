@@ -3,7 +3,8 @@
 Runs `rlanything-train` in this process on a config (default: the `make run` demo, one round
 after its warm starts) with the model's forward, backward, optimizer step, checkpoint I/O and
 Parquet I/O timed, and splits each stage's time into:
-- prefill: generation forwards over whole prompts (`use_cache=True`, no cache yet);
+- prefill: generation forwards over prompts (`use_cache=True`): whole prompts, and the rest of
+  each prompt after a batch's shared prefix (against that prefix's cache);
 - decode: generation forwards of one new token per answer against the KV cache;
 - logprob: forwards without gradients and without a cache (old log-probs, reference log-probs);
 - train_forward, backward, optimizer: the updates' loss forwards, backward passes, AdamW steps;
@@ -113,9 +114,11 @@ class Profile:
             tokens = int(ids.numel()) if ids is not None else 0
             total, trainable = self._parameters(model)
             flops = 2.0 * total * tokens
-            if kwargs.get("past_key_values") is not None and tokens:
+            # A prompt's rest after a shared prefix is prefilled against the prefix's cache:
+            # decoding is one new token per row.
+            if kwargs.get("past_key_values") is not None and ids is not None and ids.shape[-1] == 1:
                 category = "decode"
-            elif kwargs.get("use_cache"):
+            elif kwargs.get("use_cache") or kwargs.get("past_key_values") is not None:
                 category = "prefill"
             elif torch.is_grad_enabled():
                 category = "train_forward"

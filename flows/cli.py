@@ -74,7 +74,7 @@ def _prefect_defaults() -> None:
 # baseline to print beside it or None). The RM's accuracy is the balanced one (issue 10).
 HELD_OUT_ROWS = (
     ("policy_accuracy", "policy accuracy", None),
-    ("invalid_actions", "policy: answers naming no admissible action", None),
+    ("invalid_actions", "policy: invalid answers (of steps)", None),
     ("rm_process_balanced_accuracy", "RM process accuracy (balanced)", None),
     ("rm_process_accuracy", "RM process accuracy", "rm_process_majority_baseline"),
 )
@@ -118,11 +118,14 @@ def held_out_tables(summary: dict[str, Any]) -> list[Table]:
         if key not in before or key not in after:
             continue
         count = {"policy_accuracy": "episodes", "invalid_actions": "steps"}.get(key, "rm_steps")
+        verdict = _apart(before, after, key)
+        if baseline is not None and after[key] <= after[baseline]:
+            verdict += "; not above the majority baseline"
         change.add_row(
             label,
             _with_interval(before, key),
             _with_interval(after, key),
-            _apart(before, after, key),
+            verdict,
             f"{before.get(count, math.nan):.0f} / {after.get(count, math.nan):.0f}",
             ""
             if baseline is None

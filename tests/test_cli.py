@@ -119,12 +119,14 @@ def test_a_run_with_a_learning_curve_prints_before_and_after() -> None:
     assert "rose (intervals apart)" in policy and "64 / 64" in policy
     balanced = next(line for line in text.splitlines() if "(balanced)" in line)
     assert "no change that the intervals can tell" in balanced and "300 / 300" in balanced
-    invalid = next(line for line in text.splitlines() if "no admissible action" in line)
+    invalid = next(line for line in text.splitlines() if "invalid answers" in line)
     # 0.5 − acc: 0.3 [0.25, 0.35] → 0.05 [0.00, 0.10]: fell, counted in steps
     assert "0.3 [0.25, 0.35]" in invalid and "0.05 [0.00, 0.10]" in invalid
     assert "fell (intervals apart)" in invalid and "200 / 600" in invalid
     raw = next(line for line in text.splitlines() if "RM process accuracy  " in line)
     assert "majority 0.75 / 0.75" in raw
+    # 0.7 against a majority baseline of 0.75: no gain, whatever the intervals say
+    assert "not above the majority baseline" in raw
     curve = text.split("held-out curve (id)")[1].splitlines()
     cells = [line.split("│")[1].strip() for line in curve if line.startswith("│")]
     assert cells == ["0", "2", "4"]  # the curve in round order
