@@ -132,7 +132,11 @@ def rows() -> list[tuple[str, str, str]]:
     if profile:
         peaks = profile["matmul_peak_gflop_per_s"]
         flags = ", ".join(profile["machine"]["cpu_flags"])
-        totals = profile["seconds_by_category"]
+        # Shares of the stages' time (the learning curve's evaluations run outside the stages).
+        totals: dict[str, float] = {}
+        for stage in profile["stages"]:
+            for name, part in stage["parts"].items():
+                totals[name] = totals.get(name, 0.0) + part["seconds"]
         spent = sum(s["seconds"] for s in profile["stages"])
         shares = ", ".join(
             f"{name} {100 * seconds / spent:.0f} %"
@@ -160,6 +164,29 @@ def rows() -> list[tuple[str, str, str]]:
                         "round-profile-demo.json",
                     )
                 )
+    demo = _load("demo-run")
+    if demo:
+        flags = ", ".join(demo["machine"]["cpu_flags"])
+        out.append(
+            (
+                f"`make run`'s training alone ({demo['config']}; {flags})",
+                f"**{demo['wall_seconds']:.0f} s** wall (warm starts, {len(demo['rounds'])} "
+                f"rounds and {len(demo['eval'])} held-out evaluations), peak RSS "
+                f"**{demo['peak_rss_tree_mb']:.0f} MB** (process tree); commit {demo['commit']}",
+                "demo-run.json",
+            )
+        )
+    targets = _load("targets-demo")
+    if targets:
+        for row in targets["targets"]:
+            state = {None: "not measured", True: "met", False: "**not met**"}[row["met"]]
+            out.append(
+                (
+                    f"budget: {row['target']}",
+                    f"{row['measured']} (goal {row['goal']}): {state}",
+                    "targets-demo.json",
+                )
+            )
     gui = _load("gui-demo")
     if gui:
         ex = gui["expert"]
