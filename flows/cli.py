@@ -70,13 +70,14 @@ def _prefect_defaults() -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
-# The held-out metrics `make run` shows Before → After: (eval key, label, the key of a trivial
-# baseline to print beside it or None). The RM's accuracy is the balanced one (issue 10).
+# The held-out metrics `make run` shows Before → After: (eval key, label, the key of the count
+# it rests on, the key of a trivial baseline to print beside it or None). The RM's accuracy is
+# the balanced one (issue 10).
 HELD_OUT_ROWS = (
-    ("policy_accuracy", "policy accuracy", None),
-    ("invalid_actions", "policy: invalid answers (of steps)", None),
-    ("rm_process_balanced_accuracy", "RM process accuracy (balanced)", None),
-    ("rm_process_accuracy", "RM process accuracy", "rm_process_majority_baseline"),
+    ("policy_accuracy", "policy accuracy", "episodes", None),
+    ("invalid_actions", "policy: invalid answers (of steps)", "steps", None),
+    ("rm_process_balanced_accuracy", "RM process accuracy (balanced)", "rm_steps", None),
+    ("rm_process_accuracy", "RM process accuracy", "rm_steps", "rm_process_majority_baseline"),
 )
 
 
@@ -114,10 +115,9 @@ def held_out_tables(summary: dict[str, Any]) -> list[Table]:
     )
     for column in ("metric", "Before", "After", "change", "episodes / steps", "baseline"):
         change.add_column(column, justify="left" if column == "metric" else "right")
-    for key, label, baseline in HELD_OUT_ROWS:
+    for key, label, count, baseline in HELD_OUT_ROWS:
         if key not in before or key not in after:
             continue
-        count = {"policy_accuracy": "episodes", "invalid_actions": "steps"}.get(key, "rm_steps")
         verdict = _apart(before, after, key)
         if baseline is not None and after[key] <= after[baseline]:
             verdict += "; not above the majority baseline"
@@ -134,7 +134,7 @@ def held_out_tables(summary: dict[str, Any]) -> list[Table]:
     curve = Table(title=f"held-out curve ({split})")
     curve.add_column("round", justify="right")
     # The curve: every held-out row but the RM's plain accuracy (its balanced one is shown).
-    shown_rows = [(k, label) for k, label, base in HELD_OUT_ROWS if base is None and k in before]
+    shown_rows = [(k, label) for k, label, _, base in HELD_OUT_ROWS if base is None and k in before]
     keys = [k for k, _ in shown_rows]
     for _, label in shown_rows:
         curve.add_column(label, justify="right")

@@ -149,7 +149,6 @@ def policy_metrics(split: str, rollouts: pd.DataFrame) -> dict[str, float]:
     tasks = task_key(played)
     prefix = f"eval/{split}"
     metrics = as_metrics(f"{prefix}/policy_accuracy", accuracy(played["outcome"] > 0, tasks))
-    # The share of steps whose answer named no admissible action, clustered by task too.
     invalid = accuracy(~rollouts["action_valid"].to_numpy(bool), task_key(rollouts))
     metrics |= as_metrics(f"{prefix}/invalid_actions", invalid)
     per_task = pass_at_k_per_task(rollouts)  # (tasks, k): one cluster per row
