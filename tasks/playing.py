@@ -15,9 +15,8 @@ from prefect_dask import DaskTaskRunner
 
 from rlanything_core.base.generation import Engine
 from rlanything_core.envs.interface import TaskRef, WritesUnitTests
-from rlanything_core.models.config import ModelConfig
 from rlanything_core.models.engines import open_engine
-from rlanything_core.run.config import RunConfig
+from rlanything_core.run.config import PolicyConfig, RunConfig
 from rlanything_core.run.judging import judge
 from rlanything_core.run.rollout import Sampling, Screens, play
 from rlanything_core.run.rundir import RunDir
@@ -27,11 +26,12 @@ Outputs = dict[str, str]
 Metrics = dict[str, float]
 
 
-def sampling_of(model: ModelConfig) -> Sampling:
+def sampling_of(policy: PolicyConfig) -> Sampling:
     return Sampling(
-        temperature=model.temperature,
-        max_new_tokens=model.max_new_tokens,
-        batch_size=model.batch_size,
+        temperature=policy.model.temperature,
+        max_new_tokens=policy.model.max_new_tokens,
+        batch_size=policy.model.batch_size,
+        choose=policy.answers == "choose",
     )
 
 
@@ -60,7 +60,7 @@ def play_tasks(
             round_idx=round_idx,
             base_seed=base_seed,
             checkpoint=checkpoint,
-            sampling=sampling_of(config.policy.model),
+            sampling=sampling_of(config.policy),
             purpose=purpose,
             screens=Screens(screens, root),
             on_episodes=advance,
@@ -187,7 +187,7 @@ def play_shard(
         round_idx=round_idx,
         base_seed=config.seed,
         checkpoint=checkpoint,
-        sampling=sampling_of(config.policy.model),
+        sampling=sampling_of(config.policy),
         purpose=purpose,
         screens=Screens(screens, root),
     )

@@ -359,3 +359,68 @@ def test_text_answers_are_taught_on_prompts_that_list_the_actions_by_name() -> N
         assert parse_action(demo.answer, actions, "text") == expert
         episode.step(expert)
     assert episode.success
+
+
+@pytest.mark.parametrize("action_format", ["number", "text"])
+def test_a_choosing_policy_plays_only_admissible_answers_as_it_would_write_them(
+    action_format: ActionFormat,
+) -> None:
+    """`policy.answers: choose`: every step's answer is one of the episode's listed answers, so
+    every move is valid; the row's tokens are that answer + EOS, with the sampler's log-probs of
+    them; rerunning gives the same rows (seeded draws)."""
+    from rlanything_core.models.engines import HFEngine
+
+    env = make_environment("household", {"action_format": action_format}, "id")[0]
+    specs = household.generate_specs("id", 2, seed=3)
+    refs = [TaskRef(f"t{i}", 1, s) for i, s in enumerate(specs)]
+    model, tok = load_model("tiny", device="cpu")
+    engine = HFEngine(model, tok)
+
+    def rows() -> list[dict[str, object]]:
+        return play(
+            engine,
+            env,
+            refs,
+            rollouts_per_task=2,
+            round_idx=0,
+            base_seed=5,
+            checkpoint="c",
+            sampling=Sampling(1.0, 4, 8, choose=True),
+        )
+
+    first = rows()
+    assert len(first) > 4 and all(r["action_valid"] for r in first)
+    for r in first:
+        ids = [*tok(r["response"], add_special_tokens=False)["input_ids"], tok.eos_token_id]
+        assert r["response_token_ids"] == ids and len(r["sampler_logprobs"]) == len(ids)  # type: ignore[arg-type]
+        if action_format == "text":
+            assert r["response"] == f"\\boxed{{{r['action']}}}"
+    assert [r["response"] for r in rows()] == [r["response"] for r in first]
+
+
+def test_choosing_needs_an_engine_that_scores_and_episodes_that_list_answers() -> None:
+    """Clear errors, not a crash deep inside: a served policy cannot choose (config), an engine
+    without `choose` and an episode without `answers` are named with the fix."""
+    from pydantic import ValidationError
+
+    from rlanything_core.run.config import PolicyConfig
+    from rlanything_core.run.rollout import _answer
+
+    with pytest.raises(ValidationError, match="answers: choose scores every admissible answer"):
+        PolicyConfig.model_validate(
+            {"answers": "choose", "model": {"engine": {"kind": "openai", "url": "http://h:1"}}}
+        )
+    spec = household.generate_specs("id", 1, seed=4)[0]
+    episode = make_environment("household", {}, "id")[0].new_episode(spec, None, None)
+    with pytest.raises(ValueError, match=r"_Expert does not\. Use policy\.model\.engine\.kind: hf"):
+        _answer(_Expert(spec, "number"), [episode], [0], Sampling(1.0, 4, 1, choose=True))  # type: ignore[arg-type]
+
+    class Bare:
+        def messages(self) -> Messages:
+            return episode.messages()
+
+    model, tok = load_model("tiny", device="cpu")
+    from rlanything_core.models.engines import HFEngine
+
+    with pytest.raises(ValueError, match=r"Bare has none\. Use policy\.answers: generate"):
+        _answer(HFEngine(model, tok), [Bare()], [0], Sampling(1.0, 4, 1, choose=True))  # type: ignore[list-item]

@@ -21,6 +21,7 @@ from rlanything_core.models.modelling import (
     MIN_SHARED_PREFIX,
     TrainSample,
     _prefill,
+    choose_answers,
     encode_chat,
     generate,
     ppo_update,
@@ -396,3 +397,55 @@ def test_unknown_dtype_is_named_with_the_choices() -> None:
         resolve_dtype("bf16", torch.device("cpu"))
     with pytest.raises(ValueError, match=r"dtype\n.*Input should be 'auto', 'fastest'"):
         ModelConfig(dtype="bf16")
+
+
+def test_chosen_answers_are_scored_as_the_model_writes_them_and_drawn_by_that_score() -> None:
+    """Each listed answer's log-probs equal `response_logprobs` of `answer + EOS` (the tokens a
+    warm start trains); greedy takes the likeliest listed answer; sampling picks each answer about
+    as often as its renormalized probability (a seeded draw per prompt)."""
+    model, tok = load_model("tiny", device="cpu")
+    listed = [
+        ["\\boxed{look}", "\\boxed{go to sinkbasin 1}", "\\boxed{2}"],
+        ["\\boxed{look}"],
+        ["\\boxed{1}", "\\boxed{take book 2 from bed 1}"],
+    ]
+    temperature = 0.7
+    greedy = choose_answers(model, tok, PROMPTS, listed, [1, 2, 3], temperature=0.0, batch_size=1)
+    sampled = choose_answers(model, tok, PROMPTS, listed, [1, 2, 3], temperature=temperature)
+    for i, answers in enumerate(listed):
+        ids = [[*tok(a, add_special_tokens=False)["input_ids"], tok.eos_token_id] for a in answers]
+        logp, _ = response_logprobs(
+            model,
+            [encode_chat(tok, PROMPTS[i])] * len(ids),
+            ids,
+            temperature=temperature,
+            pad_id=tok.pad_token_id,
+        )
+        totals = logp.sum(-1)
+        k = answers.index(sampled[i].text)
+        assert sampled[i].token_ids == ids[k] and sampled[i].finish_reason == "stop"
+        torch.testing.assert_close(
+            torch.tensor(sampled[i].logprobs), logp[k, : len(ids[k])], atol=1e-4, rtol=0
+        )
+        greedy_logp, _ = response_logprobs(
+            model,
+            [encode_chat(tok, PROMPTS[i])] * len(ids),
+            ids,
+            temperature=1.0,
+            pad_id=tok.pad_token_id,
+        )
+        assert greedy[i].text == answers[int(greedy_logp.sum(-1).argmax())]
+        if i == 0:
+            probs = torch.softmax(totals, 0)
+    draws = choose_answers(
+        model,
+        tok,
+        [PROMPTS[0]] * 400,
+        [listed[0]] * 400,
+        list(range(400)),
+        temperature=temperature,
+        batch_size=64,
+    )
+    counts = torch.tensor([sum(d.text == a for d in draws) for a in listed[0]], dtype=torch.float)
+    # 400 draws: 4 binomial standard deviations of a share are at most 0.1.
+    assert (counts / 400 - probs).abs().max() < 0.1, (counts, probs)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 Messages = list[dict[str, str]]
 """A chat: messages with a role and content, rendered by the model's chat template."""
@@ -41,3 +41,19 @@ class Engine(Protocol):
     def decode(self, token_ids: Sequence[int]) -> str:
         """Text of token ids (special tokens kept): the prompt column of the datasets."""
         ...
+
+
+@runtime_checkable
+class Chooser(Protocol):
+    """An engine that can pick an answer among listed ones by its probability of writing each
+    (`policy.answers: choose`); the in-process engine can."""
+
+    def choose(
+        self,
+        prompts: Sequence[Messages],
+        answers: Sequence[Sequence[str]],
+        seeds: Sequence[int],
+        *,
+        temperature: float,
+        batch_size: int,
+    ) -> list[Generation]: ...

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
@@ -71,4 +71,14 @@ class Episode(Protocol):
 
     def act(self, answer: str) -> Move:
         """Apply the policy's whole answer; malformed answers are invalid moves."""
+        ...
+
+
+@runtime_checkable
+class ListsAnswers(Protocol):
+    """An episode that can list every admissible answer as the policy would write it, so that
+    the policy may choose among them (`policy.answers: choose`) instead of writing one."""
+
+    def answers(self) -> list[str]:
+        """The admissible answers of the current step, each exactly as `act` accepts it."""
         ...

@@ -18,6 +18,7 @@ from rlanything_core.envs.demos import (
     Knobs,
     TextGame,
     judge_demonstrations,
+    policy_answer,
     policy_demonstrations,
     rewrite_demonstrations,
 )
@@ -75,6 +76,11 @@ class TextAgentEpisode:
         return policy_messages(
             self.goal_text, recent, self.observation, self.episode.actions, self.action_format
         )
+
+    def answers(self) -> list[str]:
+        """Every admissible action in \\boxed{}, as a warm start without `explain` writes it."""
+        actions = self.episode.actions
+        return [policy_answer(actions, i, False, self.action_format) for i in range(len(actions))]
 
     def act(self, answer: str) -> Move:
         actions = self.episode.actions

@@ -28,7 +28,7 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 from rlanything_core.base.generation import Engine, Generation, Messages
 from rlanything_core.models.config import EngineConfig, ModelConfig
 from rlanything_core.models.loading import load_model, load_tokenizer, resolve_source
-from rlanything_core.models.modelling import encode_chat, generate
+from rlanything_core.models.modelling import choose_answers, encode_chat, generate
 from rlanything_core.models.services import Service, free_port, vllm_command
 
 
@@ -63,6 +63,25 @@ class HFEngine:
             batch_size=batch_size,
             on_batch=on_batch,
             share_prefix=self.share_prefix,
+        )
+
+    def choose(
+        self,
+        prompts: Sequence[Messages],
+        answers: Sequence[Sequence[str]],
+        seeds: Sequence[int],
+        *,
+        temperature: float,
+        batch_size: int,
+    ) -> list[Generation]:
+        return choose_answers(
+            self.model,
+            self.tokenizer,
+            prompts,
+            answers,
+            seeds,
+            temperature=temperature,
+            batch_size=batch_size,
         )
 
     def decode(self, token_ids: Sequence[int]) -> str:

@@ -22,6 +22,14 @@ Choices (METHOD.md §1, policy loss):
    mostly noise. Warm-start (supervised) checkpoints carry no optimizer state: RL starts afresh.
 6. `epochs` passes over the same mini-batches per update, all against the old log-probs taken
    before the first step (PPO's several epochs within the clip); 1 = one pass, as the reference.
+7. With `policy.answers: choose` the rollout draws each answer among the admissible ones by the
+   policy's probability of writing it, renormalized over the list (`choose_answers`), and the
+   update trains that answer's tokens as if they had been sampled. Its gradient A·∇ℓ_k (ℓ_k the
+   answer's log-prob) leaves out the renormalization's −A·Σ_j p_j∇ℓ_j (p_j the choice
+   probabilities), whose mean over a state's draws is −E[A | state]·Σ_j p_j∇ℓ_j: zero where the
+   advantages of a state's draws average zero, as GRPO's standardized advantages do per task
+   (not per state). It keeps the update at one forward pass per sample, not one per listed
+   answer.
 """
 
 from __future__ import annotations
@@ -268,6 +276,124 @@ def _decode_batch(
             use_cache=True,
         )
     return list(zip(tokens, logprobs, tops, ended, strict=True))
+
+
+@torch.no_grad()
+def choose_answers(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[Messages],
+    answers: Sequence[Sequence[str]],
+    seeds: Sequence[int],
+    *,
+    temperature: float,
+    batch_size: int = 8,
+) -> list[Generation]:
+    """Pick one of each prompt's `answers` by the model's probability of writing it.
+
+    Answer k of a prompt is scored by ℓ_k = Σ_t log π_T(y_kt | prompt, y_k<t), its tokens being
+    `tokenizer(answer) + EOS` as a warm start trains them (temperature-scaled log-probs, as
+    `generate`'s). With temperature > 0 the answer is drawn from softmax(ℓ) with the prompt's own
+    seeded generator: the policy's own distribution over whole answers, restricted to the listed
+    ones and renormalized (GLAM and TWOSOME choose among admissible actions so). temperature 0
+    takes argmax ℓ. The Generation reads as if the model had sampled that answer: its tokens,
+    their log-probs, finish_reason "stop".
+
+    Each distinct prompt is prefilled once (`_prefill`); its KV cache is copied to a row per
+    answer and the answers' tokens follow it. Prompts are grouped so that a forward pass holds
+    at most 4 × `batch_size` answer rows (a prompt with more answers goes alone).
+    """
+    if not (len(prompts) == len(answers) == len(seeds)):
+        raise ValueError(
+            f"got {len(prompts)} prompts, {len(answers)} answer lists and {len(seeds)} seeds"
+        )
+    for i, listed in enumerate(answers):
+        if not listed:
+            raise ValueError(f"prompt {i} lists no answers to choose from")
+    was_training = model.training
+    model.eval()
+    encoded = [encode_chat(tokenizer, p) for p in prompts]
+    eos = tokenizer.eos_token_id
+    tokens = [
+        [[*tokenizer(a, add_special_tokens=False)["input_ids"], eos] for a in listed]
+        for listed in answers
+    ]
+    order = sorted(range(len(encoded)), key=lambda i: (len(encoded[i]), encoded[i]))
+    groups: list[list[int]] = [[]]
+    rows = 0
+    for i in order:
+        if groups[-1] and rows + len(tokens[i]) > 4 * batch_size:
+            groups.append([])
+            rows = 0
+        groups[-1].append(i)
+        rows += len(tokens[i])
+    results: dict[int, Generation] = {}
+    for group in groups:
+        scored = _answer_logprobs(
+            model,
+            [encoded[i] for i in group],
+            [tokens[i] for i in group],
+            temperature=temperature,
+            pad_id=tokenizer.pad_token_id,
+        )
+        for i, per_answer in zip(group, scored, strict=True):
+            totals = torch.tensor([sum(lp) for lp in per_answer], dtype=torch.float64)
+            if temperature > 0:
+                generator = torch.Generator().manual_seed(seeds[i])
+                k = int(torch.multinomial(torch.softmax(totals, 0), 1, generator=generator))
+            else:
+                k = int(totals.argmax())
+            results[i] = Generation(
+                text=answers[i][k],
+                prompt_token_ids=encoded[i],
+                token_ids=tokens[i][k],
+                logprobs=per_answer[k],
+                finish_reason="stop",
+            )
+    model.train(was_training)
+    return [results[i] for i in range(len(encoded))]
+
+
+def _answer_logprobs(
+    model: PreTrainedModel,
+    prompt_ids: list[list[int]],
+    answer_ids: list[list[list[int]]],
+    *,
+    temperature: float,
+    pad_id: int,
+) -> list[list[list[float]]]:
+    """Per prompt, per answer: the log-prob of each answer token (temperature-scaled)."""
+    device = next(model.parameters()).device
+    unique: dict[tuple[int, ...], int] = {}
+    prompt_row = [unique.setdefault(tuple(p), len(unique)) for p in prompt_ids]
+    out, attention, positions = _prefill(model, list(unique), pad_id=pad_id, share_prefix=True)
+    assert out.logits is not None
+    pairs = [(b, k) for b, listed in enumerate(answer_ids) for k in range(len(listed))]
+    index = torch.tensor([prompt_row[b] for b, _ in pairs], device=device)  # (R,) → unique row
+    first = out.logits[index, -1, :].float()  # (R, V): predicts each answer's first token
+    out.past_key_values.reorder_cache(index)  # (U, …) → (R, …)
+    width = max(len(answer_ids[b][k]) for b, k in pairs)
+    ids = torch.full((len(pairs), width), pad_id, dtype=torch.long)  # (R, C), right-padded
+    own = torch.zeros((len(pairs), width), dtype=torch.long)  # (R, C)
+    for r, (b, k) in enumerate(pairs):
+        ids[r, : len(answer_ids[b][k])] = torch.tensor(answer_ids[b][k])
+        own[r, : len(answer_ids[b][k])] = 1
+    ids, own = ids.to(device), own.to(device)
+    rest = model(
+        input_ids=ids,
+        attention_mask=torch.cat([attention[index], own], dim=1),  # (R, L + C)
+        position_ids=positions[index][:, -1:] + 1 + torch.arange(width, device=device),
+        past_key_values=out.past_key_values,
+        use_cache=True,
+    ).logits.float()  # (R, C, V): position t predicts answer token t + 1
+    logits = torch.cat([first[:, None, :], rest[:, :-1, :]], dim=1)  # (R, C, V)
+    if temperature > 0:
+        logits = logits / temperature
+    token_logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[..., None]).squeeze(-1)
+    scored: list[list[list[float]]] = [[] for _ in answer_ids]
+    for r, (b, k) in enumerate(pairs):
+        scored[b].append(token_logp[r, : len(answer_ids[b][k])].tolist())
+    return scored
 
 
 def response_logprobs(

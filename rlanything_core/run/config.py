@@ -173,6 +173,14 @@ class PolicyConfig(_Strict):
     model: ModelConfig = ModelConfig()
     update: UpdateConfig = UpdateConfig()
     warm_start: WarmStartConfig = WarmStartConfig()
+    answers: Literal["generate", "choose"] = "generate"
+    """"generate": the policy writes its answer (the paper). "choose": at each step the policy
+    picks one of the admissible answers its environment lists (text environments: every
+    admissible action in \\boxed{}), drawn with its own probability of writing each, renormalized
+    over the list (temperature-scaled; GLAM and TWOSOME act so). No answer is then inadmissible,
+    and the update trains the chosen answer's tokens as if sampled: PPO's ratio is that of the
+    answer's probability, not of the renormalized one (README "Learning benchmark" says what this
+    changes). In-process engine only."""
     accuracy_band: tuple[float, float] = (1 / 8, 7 / 8)
     """Train only on tasks whose round accuracy is in [low, high]. METHOD.md: [1/8, 7/8]."""
     drop_zero_advantage: bool = True
@@ -192,6 +200,16 @@ class PolicyConfig(_Strict):
                 f"policy.rollout_workers > 1 (or rollout_cluster) plays with in-process models, "
                 f"but policy.model.engine.kind is {self.model.engine.kind!r}; set "
                 "rollout_workers: 1 and raise policy.model.engine.concurrency instead"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _choosing_needs_hf(self) -> PolicyConfig:
+        if self.answers == "choose" and self.model.engine.kind != "hf":
+            raise ValueError(
+                f"policy.answers: choose scores every admissible answer with the in-process model, "
+                f"but policy.model.engine.kind is {self.model.engine.kind!r}; set engine.kind: hf "
+                "or answers: generate"
             )
         return self
 

@@ -1,6 +1,9 @@
 """Rollouts: the policy plays each environment task G times, all episodes stepping in lockstep so
 that every step of every unfinished episode goes into one batched generation.
 
+With `Sampling.choose` the policy picks among the admissible answers its episodes list instead of
+writing one (`policy.answers: choose`, `Chooser`).
+
 Each step's sample seed is derive_seed(base_seed, purpose, round, task_id, task_version,
 rollout_idx, step_idx); it is stored in the row so any step can be replayed.
 """
@@ -12,9 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlanything_core.base.generation import Engine
+from rlanything_core.base.generation import Chooser, Engine, Generation, Messages
 from rlanything_core.base.seeding import derive_seed
-from rlanything_core.envs.common import Episode
+from rlanything_core.envs.common import Episode, ListsAnswers
 from rlanything_core.envs.interface import Environment, TaskRef
 
 
@@ -25,6 +28,9 @@ class Sampling:
     temperature: float
     max_new_tokens: int
     batch_size: int
+    choose: bool = False
+    """Pick among the answers each episode lists (`ListsAnswers`), weighted by the policy's
+    probability of writing each, instead of generating (`policy.answers: choose`)."""
 
 
 @dataclass(frozen=True)
@@ -127,13 +133,7 @@ def _step_all(
                 )
                 for i in active
             ]
-            outs = engine.generate(
-                [episodes[i][2].messages() for i in active],
-                seeds,
-                max_new_tokens=sampling.max_new_tokens,
-                temperature=sampling.temperature,
-                batch_size=sampling.batch_size,
-            )
+            outs = _answer(engine, [episodes[i][2] for i in active], seeds, sampling)
             # Moves run in parallel threads (coding: tests in the sandbox) unless the
             # environment is serial (its engines belong to this thread).
             mapper = map if workers == 1 else pool.map
@@ -173,3 +173,36 @@ def _step_all(
             if on_episodes is not None:
                 on_episodes(sum(episodes[i][2].done for i in active))
     return rows
+
+
+def _answer(
+    engine: Engine, episodes: list[Episode], seeds: list[int], sampling: Sampling
+) -> list[Generation]:
+    """The policy's answer at each episode's current step: generated, or chosen among the
+    answers the episode lists (`sampling.choose`)."""
+    prompts: list[Messages] = [ep.messages() for ep in episodes]
+    if not sampling.choose:
+        return engine.generate(
+            prompts,
+            seeds,
+            max_new_tokens=sampling.max_new_tokens,
+            temperature=sampling.temperature,
+            batch_size=sampling.batch_size,
+        )
+    if not isinstance(engine, Chooser):
+        raise ValueError(
+            f"policy.answers: choose needs an engine that scores answers; {type(engine).__name__} "
+            "does not. Use policy.model.engine.kind: hf, or policy.answers: generate."
+        )
+    listed = []
+    for ep in episodes:
+        if not isinstance(ep, ListsAnswers):
+            raise ValueError(
+                f"policy.answers: choose needs episodes that list their admissible answers "
+                f"(an answers() method); {type(ep).__name__} has none. Use policy.answers: "
+                "generate with this environment."
+            )
+        listed.append(ep.answers())
+    return engine.choose(
+        prompts, listed, seeds, temperature=sampling.temperature, batch_size=sampling.batch_size
+    )
