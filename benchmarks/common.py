@@ -91,26 +91,42 @@ def git_commit() -> str:
 
 class PeakRss:
     """Samples the resident memory of a process (default: this one) and its children in a
-    thread: `peak` (bytes) while inside `with`, `now()` at any time."""
+    thread: `peak` (bytes) while inside `with`, `now()` at any time. `parts` is the peak's
+    breakdown, {process label: bytes} at the sample where the sum peaked, and `peak_pss` the
+    largest sum of proportional set sizes (shared pages, such as torch's libraries mapped by
+    every process, counted once in all rather than once per process; Linux only, else 0)."""
 
     def __init__(self, pid: int | None = None, interval: float = 0.2) -> None:
         self.process = psutil.Process(pid)
         self.interval, self._stop = interval, threading.Event()
-        self.peak = 0
+        self.peak = self.peak_pss = 0
+        self.parts: dict[str, int] = {}
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def now(self) -> int:
-        total = 0
+        return sum(rss for rss, _ in self._sample().values())
+
+    def _sample(self) -> dict[str, tuple[int, int]]:
+        """{label: (rss, pss)} of every process of the tree; a label is the process's pid and
+        the first words of its command line that say what it is."""
+        out: dict[str, tuple[int, int]] = {}
         for proc in [self.process, *self.process.children(recursive=True)]:
             try:
-                total += proc.memory_info().rss
+                rss = proc.memory_info().rss
+                pss = getattr(proc.memory_full_info(), "pss", 0)
+                words = [w.rsplit("/", 1)[-1] for w in proc.cmdline()[:6]]
             except psutil.Error:
                 continue  # the process ended between listing and reading
-        return total
+            out[f"{proc.pid} {' '.join(words)[:90]}"] = (rss, pss)
+        return out
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, self.now())
+            sample = self._sample()
+            total = sum(rss for rss, _ in sample.values())
+            if total > self.peak:
+                self.peak, self.parts = total, {k: rss for k, (rss, _) in sample.items()}
+            self.peak_pss = max(self.peak_pss, sum(pss for _, pss in sample.values()))
             self._stop.wait(self.interval)
 
     def __enter__(self) -> PeakRss:

@@ -1,7 +1,8 @@
 """`make run`'s training, timed: `rlanything train --config configs/demo.yaml` from start to end
 (the embedded model's conversion is cached; the warm starts, every round and, where the config
 evaluates, the held-out evaluations included), in an isolated working directory, with the peak
-resident memory of its process tree (the Prefect server included) sampled every 0.2 s.
+resident memory of its process tree (the Prefect server included) sampled every 0.2 s, the peak's
+breakdown by process, and the peak of the tree's proportional set size (shared pages once).
 
     python benchmarks/demo_run.py --config configs/demo.yaml --out benchmarks/results/demo-run.json
 """
@@ -40,6 +41,8 @@ def measure(config_path: str) -> dict[str, Any]:
         "config": config_path,
         "wall_seconds": round(seconds, 1),
         "peak_rss_tree_mb": round(rss.peak / 2**20, 1),
+        "peak_rss_parts_mb": {k: round(v / 2**20, 1) for k, v in rss.parts.items()},
+        "peak_pss_tree_mb": round(rss.peak_pss / 2**20, 1),
         "rounds": summary["rounds"],
         "eval": summary.get("eval", []),
     }
