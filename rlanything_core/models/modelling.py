@@ -301,7 +301,8 @@ def choose_answers(
 
     Each distinct prompt is prefilled once (`_prefill`); its KV cache is copied to a row per
     answer and the answers' tokens follow it. Prompts are grouped so that a forward pass holds
-    at most 4 × `batch_size` answer rows (a prompt with more answers goes alone).
+    at most `batch_size` answer rows (a prompt with more answers goes alone): each row holds a
+    copy of its prompt's KV cache.
     """
     if not (len(prompts) == len(answers) == len(seeds)):
         raise ValueError(
@@ -322,7 +323,7 @@ def choose_answers(
     groups: list[list[int]] = [[]]
     rows = 0
     for i in order:
-        if groups[-1] and rows + len(tokens[i]) > 4 * batch_size:
+        if groups[-1] and rows + len(tokens[i]) > batch_size:
             groups.append([])
             rows = 0
         groups[-1].append(i)
