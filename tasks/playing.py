@@ -32,6 +32,7 @@ def sampling_of(policy: PolicyConfig) -> Sampling:
         max_new_tokens=policy.model.max_new_tokens,
         batch_size=policy.model.batch_size,
         choose=policy.answers == "choose",
+        answer_score=policy.answer_score,
     )
 
 

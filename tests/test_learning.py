@@ -399,8 +399,9 @@ def test_a_choosing_policy_plays_only_admissible_answers_as_it_would_write_them(
 
 
 def test_choosing_needs_an_engine_that_scores_and_episodes_that_list_answers() -> None:
-    """Clear errors, not a crash deep inside: a served policy cannot choose (config), an engine
-    without `choose` and an episode without `answers` are named with the fix."""
+    """Clear errors, not a crash deep inside: a served policy cannot choose and a per-token
+    score needs choosing (config); an engine without `choose` and an episode without `answers`
+    are named with the fix."""
     from pydantic import ValidationError
 
     from rlanything_core.run.config import PolicyConfig
@@ -410,6 +411,8 @@ def test_choosing_needs_an_engine_that_scores_and_episodes_that_list_answers() -
         PolicyConfig.model_validate(
             {"answers": "choose", "model": {"engine": {"kind": "openai", "url": "http://h:1"}}}
         )
+    with pytest.raises(ValidationError, match="answer_score: mean scores the answers a choosing"):
+        PolicyConfig.model_validate({"answer_score": "mean"})
     spec = household.generate_specs("id", 1, seed=4)[0]
     episode = make_environment("household", {}, "id")[0].new_episode(spec, None, None)
     with pytest.raises(ValueError, match=r"_Expert does not\. Use policy\.model\.engine\.kind: hf"):

@@ -449,3 +449,32 @@ def test_chosen_answers_are_scored_as_the_model_writes_them_and_drawn_by_that_sc
     counts = torch.tensor([sum(d.text == a for d in draws) for a in listed[0]], dtype=torch.float)
     # 400 draws: 4 binomial standard deviations of a share are at most 0.1.
     assert (counts / 400 - probs).abs().max() < 0.1, (counts, probs)
+
+
+def test_chosen_answers_scored_per_token_are_drawn_by_their_mean_log_prob() -> None:
+    """`score="mean"` ranks answers by their mean token log-prob ℓ_k / |y_k| (the sum favours
+    short answers): greedy takes that argmax, which here differs from the sum's, and draws land
+    on softmax of the means."""
+    model, tok = load_model("tiny", device="cpu")
+    answers = ["\\boxed{look}", "\\boxed{go to sinkbasin 1}", "\\boxed{take book 2 from bed 1}"]
+    ids = [[*tok(a, add_special_tokens=False)["input_ids"], tok.eos_token_id] for a in answers]
+    logp, _ = response_logprobs(
+        model, [encode_chat(tok, PROMPTS[0])] * 3, ids, temperature=1.0, pad_id=tok.pad_token_id
+    )
+    sums = logp.sum(-1)
+    means = sums / torch.tensor([len(t) for t in ids])
+    assert int(means.argmax()) != int(sums.argmax()), "the case must tell the two scores apart"
+    greedy = choose_answers(model, tok, PROMPTS[:1], [answers], [0], temperature=0.0, score="mean")
+    assert greedy[0].text == answers[int(means.argmax())]
+    draws = choose_answers(
+        model,
+        tok,
+        [PROMPTS[0]] * 400,
+        [answers] * 400,
+        list(range(400)),
+        temperature=1.0,
+        batch_size=64,
+        score="mean",
+    )
+    counts = torch.tensor([sum(d.text == a for d in draws) for a in answers], dtype=torch.float)
+    assert (counts / 400 - torch.softmax(means, 0)).abs().max() < 0.1, (counts, means)

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 Messages = list[dict[str, str]]
 """A chat: messages with a role and content, rendered by the model's chat template."""
+AnswerScore = Literal["sum", "mean"]
+"""How a chosen answer is scored: the sum of its tokens' log-probs, or their mean."""
 
 
 @dataclass(frozen=True)
@@ -56,4 +58,5 @@ class Chooser(Protocol):
         *,
         temperature: float,
         batch_size: int,
+        score: AnswerScore = "sum",
     ) -> list[Generation]: ...

@@ -25,7 +25,7 @@ import httpx
 from transformers import PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from rlanything_core.base.generation import Engine, Generation, Messages
+from rlanything_core.base.generation import AnswerScore, Engine, Generation, Messages
 from rlanything_core.models.config import EngineConfig, ModelConfig
 from rlanything_core.models.loading import load_model, load_tokenizer, resolve_source
 from rlanything_core.models.modelling import choose_answers, encode_chat, generate
@@ -73,6 +73,7 @@ class HFEngine:
         *,
         temperature: float,
         batch_size: int,
+        score: AnswerScore = "sum",
     ) -> list[Generation]:
         return choose_answers(
             self.model,
@@ -82,6 +83,7 @@ class HFEngine:
             seeds,
             temperature=temperature,
             batch_size=batch_size,
+            score=score,
         )
 
     def decode(self, token_ids: Sequence[int]) -> str:

@@ -44,7 +44,7 @@ from transformers import PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from rlanything_core.base.generation import Generation, Messages
+from rlanything_core.base.generation import AnswerScore, Generation, Messages
 from rlanything_core.method.losses import ppo_clip_k3_loss
 from rlanything_core.models.distributed import Group
 
@@ -288,6 +288,7 @@ def choose_answers(
     *,
     temperature: float,
     batch_size: int = 8,
+    score: AnswerScore = "sum",
 ) -> list[Generation]:
     """Pick one of each prompt's `answers` by the model's probability of writing it.
 
@@ -298,6 +299,10 @@ def choose_answers(
     ones and renormalized (GLAM and TWOSOME choose among admissible actions so). temperature 0
     takes argmax ℓ. The Generation reads as if the model had sampled that answer: its tokens,
     their log-probs, finish_reason "stop".
+
+    `score="mean"` scores by the mean instead, ℓ_k / |y_k| (TWOSOME's token normalization): the
+    sum favours answers of few tokens wherever the model is unsure, since every token costs
+    log-probability.
 
     Each distinct prompt is prefilled once (`_prefill`); its KV cache is copied to a row per
     answer and the answers' tokens follow it. Prompts are grouped so that a forward pass holds
@@ -338,7 +343,10 @@ def choose_answers(
             pad_id=tokenizer.pad_token_id,
         )
         for i, per_answer in zip(group, scored, strict=True):
-            totals = torch.tensor([sum(lp) for lp in per_answer], dtype=torch.float64)
+            totals = torch.tensor(
+                [sum(lp) / (len(lp) if score == "mean" else 1) for lp in per_answer],
+                dtype=torch.float64,
+            )
             if temperature > 0:
                 generator = torch.Generator().manual_seed(seeds[i])
                 k = int(torch.multinomial(torch.softmax(totals, 0), 1, generator=generator))

@@ -12,6 +12,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
+from rlanything_core.base.generation import AnswerScore
 from rlanything_core.envs.common import SpecError
 from rlanything_core.envs.interface import (
     Environment,
@@ -181,6 +182,11 @@ class PolicyConfig(_Strict):
     and the update trains the chosen answer's tokens as if sampled: PPO's ratio is that of the
     answer's probability, not of the renormalized one (README "Learning benchmark" says what this
     changes). In-process engine only."""
+    answer_score: AnswerScore = "sum"
+    """With answers: choose, the score ℓ_k whose softmax draws answer k: "sum", the log-prob of
+    writing the whole answer (its tokens' log-probs summed), or "mean", per token (the sum over
+    its number of tokens; TWOSOME's token normalization). The sum favours answers of few tokens
+    wherever the policy is unsure."""
     accuracy_band: tuple[float, float] = (1 / 8, 7 / 8)
     """Train only on tasks whose round accuracy is in [low, high]. METHOD.md: [1/8, 7/8]."""
     drop_zero_advantage: bool = True
@@ -210,6 +216,12 @@ class PolicyConfig(_Strict):
                 f"policy.answers: choose scores every admissible answer with the in-process model, "
                 f"but policy.model.engine.kind is {self.model.engine.kind!r}; set engine.kind: hf "
                 "or answers: generate"
+            )
+        if self.answer_score != "sum" and self.answers != "choose":
+            raise ValueError(
+                f"policy.answer_score: {self.answer_score} scores the answers a choosing policy "
+                "picks among, but policy.answers is 'generate'; set answers: choose or remove "
+                "answer_score"
             )
         return self
 

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlanything_core.base.generation import Chooser, Engine, Generation, Messages
+from rlanything_core.base.generation import AnswerScore, Chooser, Engine, Generation, Messages
 from rlanything_core.base.seeding import derive_seed
 from rlanything_core.envs.common import Episode, ListsAnswers
 from rlanything_core.envs.interface import Environment, TaskRef
@@ -31,6 +31,8 @@ class Sampling:
     choose: bool = False
     """Pick among the answers each episode lists (`ListsAnswers`), weighted by the policy's
     probability of writing each, instead of generating (`policy.answers: choose`)."""
+    answer_score: AnswerScore = "sum"
+    """With `choose`: score an answer by its tokens' summed or mean log-prob."""
 
 
 @dataclass(frozen=True)
@@ -204,5 +206,10 @@ def _answer(
             )
         listed.append(ep.answers())
     return engine.choose(
-        prompts, listed, seeds, temperature=sampling.temperature, batch_size=sampling.batch_size
+        prompts,
+        listed,
+        seeds,
+        temperature=sampling.temperature,
+        batch_size=sampling.batch_size,
+        score=sampling.answer_score,
     )
