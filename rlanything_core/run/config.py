@@ -217,6 +217,10 @@ class PolicyConfig(_Strict):
                 f"but policy.model.engine.kind is {self.model.engine.kind!r}; set engine.kind: hf "
                 "or answers: generate"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _answer_score_needs_choosing(self) -> PolicyConfig:
         if self.answer_score != "sum" and self.answers != "choose":
             raise ValueError(
                 f"policy.answer_score: {self.answer_score} scores the answers a choosing policy "
