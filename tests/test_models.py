@@ -12,6 +12,7 @@ import torch
 
 from rlanything_core.method.prompts import policy_messages
 from rlanything_core.models import default as default_model
+from rlanything_core.models import modelling
 from rlanything_core.models.checkpoints import make_optimizer, save_checkpoint
 from rlanything_core.models.config import ModelConfig
 from rlanything_core.models.default import ModelNotFoundError
@@ -478,3 +479,41 @@ def test_chosen_answers_scored_per_token_are_drawn_by_their_mean_log_prob() -> N
     )
     counts = torch.tensor([sum(d.text == a for d in draws) for a in answers], dtype=torch.float)
     assert (counts / 400 - torch.softmax(means, 0)).abs().max() < 0.1, (counts, means)
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_answers_packed_after_their_prompt_score_as_with_a_cache_copy_per_answer(
+    lora: bool,
+) -> None:
+    """Packing a prompt's answers into one row behind a 4D mask gives each answer token the
+    log-prob it gets with the prompt's KV cache copied to a row of its own: a repeated prompt,
+    an answer listed twice, answers that share their first tokens and prompts of different
+    lengths (left padding, a shared prefix). Also through a LoRA adapter (a PEFT model)."""
+    model, tok = load_model("tiny", device="cpu", trainable=lora, lora_rank=4 if lora else 0)
+    assert modelling._packs_answers(model)
+    with torch.no_grad():
+        for name, weight in model.named_parameters():
+            if "lora_B" in name:  # a fresh adapter adds nothing until its B moves
+                weight.normal_(std=0.05, generator=torch.Generator().manual_seed(0))
+    eos = tok.eos_token_id
+    listed = [
+        ["\\boxed{look}", "\\boxed{go to sinkbasin 1}", "\\boxed{go to sinkbasin 2}"],
+        ["\\boxed{look}"],
+        ["\\boxed{1}", "\\boxed{take book 2 from bed 1}", "\\boxed{1}"],
+        ["\\boxed{go to sinkbasin 1}", "\\boxed{open drawer 3}"],
+    ]
+    answers = [
+        [[*tok(a, add_special_tokens=False)["input_ids"], eos] for a in row] for row in listed
+    ]
+    prompts = [encode_chat(tok, p) for p in [*PROMPTS, PROMPTS[0]]]
+    with torch.no_grad():
+        packed = modelling._packed_answer_logprobs(
+            model, prompts, answers, temperature=0.7, pad_id=tok.pad_token_id
+        )
+        copied = modelling._answer_logprobs(
+            model, prompts, answers, temperature=0.7, pad_id=tok.pad_token_id
+        )
+    assert [[len(a) for a in row] for row in packed] == [[len(a) for a in row] for row in answers]
+    for got, want in zip(packed, copied, strict=True):
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(torch.tensor(g), torch.tensor(w), atol=1e-5, rtol=0)

@@ -304,10 +304,11 @@ def choose_answers(
     sum favours answers of few tokens wherever the model is unsure, since every token costs
     log-probability.
 
-    Each distinct prompt is prefilled once (`_prefill`); its KV cache is copied to a row per
-    answer and the answers' tokens follow it. Prompts are grouped so that a forward pass holds
-    at most `batch_size` answer rows (a prompt with more answers goes alone): each row holds a
-    copy of its prompt's KV cache.
+    Each distinct prompt is scored in one row, its distinct answers packed after it
+    (`_packed_answer_logprobs`): one forward pass per batch and no copy of the prompt's keys and
+    values per answer. Models whose attention cannot take that mask as given (`_packs_answers`)
+    prefill each prompt once and copy its KV cache to a row per answer. Prompts are grouped so
+    that a forward pass holds at most `batch_size` answers (a prompt with more goes alone).
     """
     if not (len(prompts) == len(answers) == len(seeds)):
         raise ValueError(
@@ -335,7 +336,7 @@ def choose_answers(
         rows += len(tokens[i])
     results: dict[int, Generation] = {}
     for group in groups:
-        scored = _answer_logprobs(
+        scored = (_packed_answer_logprobs if _packs_answers(model) else _answer_logprobs)(
             model,
             [encoded[i] for i in group],
             [tokens[i] for i in group],
@@ -361,6 +362,102 @@ def choose_answers(
             )
     model.train(was_training)
     return [results[i] for i in range(len(encoded))]
+
+
+def _packs_answers(model: PreTrainedModel) -> bool:
+    """Whether `_packed_answer_logprobs` gives this model's log-probs: its attention takes a 4D
+    mask as given (eager or SDPA), attends over the whole context (no sliding window) and its
+    logits are the output embedding of the decoder's last hidden state (no soft-capping)."""
+    config = model.config
+    window = getattr(config, "sliding_window", None)
+    if getattr(config, "use_sliding_window", True) is False:
+        window = None
+    return (
+        getattr(config, "_attn_implementation", None) in ("sdpa", "eager")
+        and not window
+        and getattr(config, "final_logit_softcapping", None) is None
+        and model.get_output_embeddings() is not None
+    )
+
+
+def _packed_answer_logprobs(
+    model: PreTrainedModel,
+    prompt_ids: list[list[int]],
+    answer_ids: list[list[list[int]]],
+    *,
+    temperature: float,
+    pad_id: int,
+) -> list[list[list[float]]]:
+    """Per prompt, per answer: the log-prob of each answer token (temperature-scaled), with a
+    prompt's answers packed into one row after it.
+
+    Each distinct prompt is prefilled once (`_prefill`, sharing the prefix common to all). Then
+    one row per prompt holds its distinct answers one after another, [answer 1]…[answer n][pad],
+    over that prompt's KV cache: answer k's token t sits at position |prompt| + t and attends
+    to the prompt and to answer k's tokens before it, never to another answer (a 4D mask), so it
+    sees what it would see after the prompt alone. The prompt's keys and values are not copied
+    per answer. The prompt's last logits predict each answer's first token; the logits of answer
+    k's token t predict its token t + 1.
+    """
+    device = next(model.parameters()).device
+    embedding = model.get_input_embeddings().weight
+    assert isinstance(embedding, torch.Tensor)
+    dtype = embedding.dtype  # the attention's: a LoRA adapter's own dtype may differ
+    slots: dict[tuple[int, ...], dict[tuple[int, ...], None]] = {}  # prompt → its answers, in order
+    for ids_of_prompt, listed in zip(prompt_ids, answer_ids, strict=True):
+        slots.setdefault(tuple(ids_of_prompt), {}).update(dict.fromkeys(map(tuple, listed)))
+    out, attention, positions = _prefill(model, list(slots), pad_id=pad_id, share_prefix=True)
+    assert out.logits is not None
+    first = out.logits[:, -1, :].float()  # (U, V): predicts every answer's first token
+    width = max(sum(len(a) for a in mine) for mine in slots.values())
+    ids = torch.full((len(slots), width), pad_id, dtype=torch.long)  # (U, S), right-padded
+    offsets = torch.zeros((len(slots), width), dtype=torch.long)  # (U, S): t within its answer
+    segment = torch.zeros((len(slots), width), dtype=torch.long)  # (U, S): answer k ≥ 1, 0 pad
+    where: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[int, int]] = {}  # → (row, column)
+    for u, (prompt, mine) in enumerate(slots.items()):
+        at = 0
+        for k, answer in enumerate(mine, start=1):
+            ids[u, at : at + len(answer)] = torch.tensor(answer)
+            offsets[u, at : at + len(answer)] = torch.arange(len(answer))
+            segment[u, at : at + len(answer)] = k
+            where[(prompt, answer)] = (u, at)
+            at += len(answer)
+    column = torch.arange(width)
+    query, key = segment[:, :, None], segment[:, None, :]  # (U, S, 1), (U, 1, S)
+    own = (column[:, None] >= column[None, :]) & (key == query) & (key > 0)  # (U, S, S)
+    prompt_keys = attention.bool().cpu()[:, None, :].expand(-1, width, -1)  # (U, S, L)
+    allowed = torch.cat([prompt_keys, own], dim=2)  # (U, S, L + S)
+    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+    rest = model(
+        input_ids=ids.to(device),
+        attention_mask=mask[:, None].to(device),  # (U, 1, S, L + S)
+        position_ids=positions[:, -1:] + 1 + offsets.to(device),
+        past_key_values=out.past_key_values,
+        use_cache=True,
+    ).logits.float()  # (U, S, V): column c predicts the token after it in its answer
+    logits = torch.cat([first[:, None, :], rest], dim=1)  # (U, 1 + S, V)
+    # Answer token t at column c = at + t is predicted by logits column 0 (the prompt's last)
+    # when t = 0 and by column c (answer token t - 1's output, shifted by that first column).
+    rows: list[int] = []
+    columns: list[int] = []
+    for b, listed in enumerate(answer_ids):
+        for tokens in listed:
+            u, at = where[(tuple(prompt_ids[b]), tuple(tokens))]
+            rows.extend([u] * len(tokens))
+            columns.extend([0, *range(at + 1, at + len(tokens))])
+    targets = torch.tensor([t for listed in answer_ids for a in listed for t in a], device=device)
+    picked = logits[torch.tensor(rows, device=device), torch.tensor(columns, device=device)]
+    if temperature > 0:
+        picked = picked / temperature  # (N, V)
+    token_logp = torch.log_softmax(picked, dim=-1).gather(-1, targets[:, None]).squeeze(-1)
+    flat = token_logp.tolist()
+    scored: list[list[list[float]]] = [[] for _ in answer_ids]
+    offset = 0
+    for b, listed in enumerate(answer_ids):
+        for tokens in listed:
+            scored[b].append(flat[offset : offset + len(tokens)])
+            offset += len(tokens)
+    return scored
 
 
 def _answer_logprobs(
