@@ -614,7 +614,11 @@ def ppo_update(
     # re-runs the chunk's first sample with weight 0, so that the collectives stay in step.
     plan: list[list[tuple[list[int], float]]] = []  # per mini-batch: (sample indices, weight)
     for chunk in chunks:
-        mine = group.take(chunk)
+        # Micro-batches of similar lengths: a micro-batch pads every row to its longest.
+        mine = sorted(
+            group.take(chunk),
+            key=lambda i: (len(samples[i].prompt_ids) + len(samples[i].response_ids), i),
+        )
         count = max(1, math.ceil(math.ceil(len(chunk) / group.world_size) / micro_batch_size))
         parts = [mine[i * micro_batch_size : (i + 1) * micro_batch_size] for i in range(count)]
         plan.append([(part or chunk[:1], len(part) / len(chunk)) for part in parts])
