@@ -304,9 +304,8 @@ def choose_answers(
     sum favours answers of few tokens wherever the model is unsure, since every token costs
     log-probability.
 
-    Each distinct prompt is scored in one row, its distinct answers packed after it
-    (`_packed_answer_logprobs`): one forward pass per batch and no copy of the prompt's keys and
-    values per answer. Models whose attention cannot take that mask as given (`_packs_answers`)
+    Each distinct prompt is prefilled once and its distinct answers follow it packed in one row
+    (`_packed_answer_logprobs`), with no copy of the prompt's keys and values per answer. Models whose attention cannot take that mask as given (`_packs_answers`)
     prefill each prompt once and copy its KV cache to a row per answer. Prompts are grouped so
     that a forward pass holds at most `batch_size` answers (a prompt with more goes alone).
     """
