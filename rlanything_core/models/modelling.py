@@ -305,9 +305,10 @@ def choose_answers(
     log-probability.
 
     Each distinct prompt is prefilled once and its distinct answers follow it packed in one row
-    (`_packed_answer_logprobs`), with no copy of the prompt's keys and values per answer. Models whose attention cannot take that mask as given (`_packs_answers`)
-    prefill each prompt once and copy its KV cache to a row per answer. Prompts are grouped so
-    that a forward pass holds at most `batch_size` answers (a prompt with more goes alone).
+    (`_packed_answer_logprobs`), with no copy of the prompt's keys and values per answer. Models
+    whose attention cannot take that mask as given (`_packs_answers`) copy the prompt's KV cache
+    to a row per answer instead. Prompts are grouped so that a forward pass holds at most
+    `batch_size` answers (a prompt with more goes alone).
     """
     if not (len(prompts) == len(answers) == len(seeds)):
         raise ValueError(
