@@ -109,6 +109,36 @@ def rows() -> list[tuple[str, str, str]]:
                 "sft-speed.json",
             )
         )
+    for env in ("household", "textworld"):
+        packing = _load(f"choose-packing-{env}")
+        if packing:
+            flags = ", ".join(packing["machine"]["cpu_flags"])
+            out.append(
+                (
+                    f"choosing: answers packed after their prompt vs a KV-cache copy per answer, "
+                    f"{env} ({packing['model']}; {flags})",
+                    f"{packing['distinct_prompts']} prompts: {packing['packed_seconds']:.2f} s vs "
+                    f"{packing['cache_copy_seconds']:.2f} s: **{packing['speedup']:.2f}×**; "
+                    f"log-probs within {packing['max_logprob_difference']:.0e} "
+                    f"({packing['torch_threads']} torch thread(s))",
+                    f"choose-packing-{env}.json",
+                )
+            )
+        learning = _load(f"learning-{env}")
+        if learning:
+            flags = ", ".join(learning["machine"]["cpu_flags"])
+            gain = learning["id"]
+            out.append(
+                (
+                    f"learning benchmark, {env} (configs/learning-{env}.yaml; {flags})",
+                    f"held out in-domain {100 * gain['before']:.1f} % → "
+                    f"{100 * gain['after']:.1f} % "
+                    f"after {gain['after_step']} rounds (**{gain['gain_points']:+.1f} points**, "
+                    f"intervals apart: {gain['intervals_apart']}) in "
+                    f"{learning['wall_seconds'] / 60:.1f} min",
+                    f"learning-{env}.json",
+                )
+            )
     for name in ("serve-load", "serve-load-smollm2"):
         load = _load(name)
         if load:
