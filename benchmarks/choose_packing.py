@@ -46,20 +46,17 @@ def played_steps(config_path: str, tasks: int, tokenizer: Any) -> list[tuple[lis
 def batches(
     steps: list[tuple[list[int], list[str]]], tokenizer: Any, size: int
 ) -> list[tuple[list[list[int]], list[list[list[int]]]]]:
-    """The steps in `choose_answers`'s groups: sorted by prompt, at most `size` answers each."""
+    """The steps in `choose_answers`'s groups (`modelling.answer_groups`)."""
     eos = tokenizer.eos_token_id
-    ordered = sorted(steps, key=lambda s: (len(s[0]), s[0]))
-    groups: list[tuple[list[list[int]], list[list[list[int]]]]] = [([], [])]
-    rows = 0
-    for prompt, answers in ordered:
-        tokens = [[*tokenizer(a, add_special_tokens=False)["input_ids"], eos] for a in answers]
-        if groups[-1][0] and rows + len(tokens) > size:
-            groups.append(([], []))
-            rows = 0
-        groups[-1][0].append(prompt)
-        groups[-1][1].append(tokens)
-        rows += len(tokens)
-    return groups
+    prompts = [p for p, _ in steps]
+    tokens = [
+        [[*tokenizer(a, add_special_tokens=False)["input_ids"], eos] for a in answers]
+        for _, answers in steps
+    ]
+    return [
+        ([prompts[i] for i in group], [tokens[i] for i in group])
+        for group in modelling.answer_groups(prompts, tokens, size)
+    ]
 
 
 def measure(config_path: str, tasks: int, repeats: int) -> dict[str, Any]:

@@ -153,6 +153,13 @@ def shared_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
     return n
 
 
+def _sliding_window(model: PreTrainedModel) -> int:
+    """The window the model's attention slides over, in tokens; 0 when it attends to all."""
+    if getattr(model.config, "use_sliding_window", True) is False:
+        return 0
+    return int(getattr(model.config, "sliding_window", None) or 0)
+
+
 def _prefill(
     model: PreTrainedModel, prompts: list[tuple[int, ...]], *, pad_id: int, share_prefix: bool
 ) -> tuple[CausalLMOutputWithPast, torch.Tensor, torch.Tensor]:
@@ -169,10 +176,8 @@ def _prefill(
     room in the window that left padding does not.
     """
     device = next(model.parameters()).device
-    window = getattr(model.config, "sliding_window", None) or 0
-    if getattr(model.config, "use_sliding_window", True) is False:
-        window = 0
-    if window and max(len(p) for p in prompts) > int(window):
+    window = _sliding_window(model)
+    if window and max(len(p) for p in prompts) > window:
         share_prefix = False
     shared = shared_prefix_length(prompts) if share_prefix and len(prompts) > 1 else 0
     cache = None
@@ -325,17 +330,8 @@ def choose_answers(
         [[*tokenizer(a, add_special_tokens=False)["input_ids"], eos] for a in listed]
         for listed in answers
     ]
-    order = sorted(range(len(encoded)), key=lambda i: (len(encoded[i]), encoded[i]))
-    groups: list[list[int]] = [[]]
-    rows = 0
-    for i in order:
-        if groups[-1] and rows + len(tokens[i]) > batch_size:
-            groups.append([])
-            rows = 0
-        groups[-1].append(i)
-        rows += len(tokens[i])
     results: dict[int, Generation] = {}
-    for group in groups:
+    for group in answer_groups(encoded, tokens, batch_size):
         scored = (_packed_answer_logprobs if _packs_answers(model) else _answer_logprobs)(
             model,
             [encoded[i] for i in group],
@@ -364,17 +360,31 @@ def choose_answers(
     return [results[i] for i in range(len(encoded))]
 
 
+def answer_groups(
+    prompt_ids: Sequence[Sequence[int]], answer_ids: Sequence[Sequence[object]], batch_size: int
+) -> list[list[int]]:
+    """Indices of the prompts scored together by `choose_answers`: sorted by prompt, at most
+    `batch_size` answers a group (a prompt with more goes alone)."""
+    order = sorted(range(len(prompt_ids)), key=lambda i: (len(prompt_ids[i]), list(prompt_ids[i])))
+    groups: list[list[int]] = [[]]
+    rows = 0
+    for i in order:
+        if groups[-1] and rows + len(answer_ids[i]) > batch_size:
+            groups.append([])
+            rows = 0
+        groups[-1].append(i)
+        rows += len(answer_ids[i])
+    return groups
+
+
 def _packs_answers(model: PreTrainedModel) -> bool:
     """Whether `_packed_answer_logprobs` gives this model's log-probs: its attention takes a 4D
     mask as given (eager or SDPA), attends over the whole context (no sliding window) and its
     logits are the output embedding of the decoder's last hidden state (no soft-capping)."""
     config = model.config
-    window = getattr(config, "sliding_window", None)
-    if getattr(config, "use_sliding_window", True) is False:
-        window = None
     return (
         getattr(config, "_attn_implementation", None) in ("sdpa", "eager")
-        and not window
+        and not _sliding_window(model)
         and getattr(config, "final_logit_softcapping", None) is None
         and model.get_output_embeddings() is not None
     )
@@ -435,18 +445,20 @@ def _packed_answer_logprobs(
         past_key_values=out.past_key_values,
         use_cache=True,
     ).logits.float()  # (U, S, V): column c predicts the token after it in its answer
-    logits = torch.cat([first[:, None, :], rest], dim=1)  # (U, 1 + S, V)
-    # Answer token t at column c = at + t is predicted by logits column 0 (the prompt's last)
-    # when t = 0 and by column c (answer token t - 1's output, shifted by that first column).
+    # Answer token t at column c = at + t is predicted by the prompt's last logits when t = 0 and
+    # by column c - 1 of `rest` (answer token t - 1's output) otherwise.
     rows: list[int] = []
-    columns: list[int] = []
+    columns: list[int] = []  # -1: the prompt's last logits
     for b, listed in enumerate(answer_ids):
         for tokens in listed:
             u, at = where[(tuple(prompt_ids[b]), tuple(tokens))]
             rows.extend([u] * len(tokens))
-            columns.extend([0, *range(at + 1, at + len(tokens))])
+            columns.extend([-1, *range(at, at + len(tokens) - 1)])
+    row, source = torch.tensor(rows, device=device), torch.tensor(columns, device=device)
+    starts = source < 0
+    picked = rest[row, source.clamp(min=0)]  # (N, V)
+    picked[starts] = first[row[starts]]
     targets = torch.tensor([t for listed in answer_ids for a in listed for t in a], device=device)
-    picked = logits[torch.tensor(rows, device=device), torch.tensor(columns, device=device)]
     if temperature > 0:
         picked = picked / temperature  # (N, V)
     token_logp = torch.log_softmax(picked, dim=-1).gather(-1, targets[:, None]).squeeze(-1)
