@@ -128,14 +128,22 @@ def rows() -> list[tuple[str, str, str]]:
         if learning:
             flags = ", ".join(learning["machine"]["cpu_flags"])
             gain = learning["id"]
+
+            def accuracy(point: dict[str, float]) -> str:
+                key = "eval/id/policy_accuracy"
+                return (
+                    f"{100 * point[key]:.1f} % [{100 * point[key + '_ci_low']:.1f}, "
+                    f"{100 * point[key + '_ci_high']:.1f}] ({point['eval/id/episodes']:.0f} "
+                    "episodes)"
+                )
+
             out.append(
                 (
                     f"learning benchmark, {env} (configs/learning-{env}.yaml; {flags})",
-                    f"held out in-domain {100 * gain['before']:.1f} % → "
-                    f"{100 * gain['after']:.1f} % "
-                    f"after {gain['after_step']} rounds (**{gain['gain_points']:+.1f} points**, "
-                    f"intervals apart: {gain['intervals_apart']}) in "
-                    f"{learning['wall_seconds'] / 60:.1f} min",
+                    f"held out in-domain {accuracy(learning['curve'][0])} → "
+                    f"{accuracy(learning['curve'][-1])} after {gain['after_step']} rounds "
+                    f"(**{gain['gain_points']:+.1f} points**, intervals apart: "
+                    f"{gain['intervals_apart']}) in {learning['wall_seconds'] / 60:.1f} min",
                     f"learning-{env}.json",
                 )
             )
