@@ -15,7 +15,7 @@ import torch
 from rlanything_core.base.generation import Generation, Messages
 from rlanything_core.envs.demos import judge_demonstrations, policy_answer, policy_demonstrations
 from rlanything_core.envs.household import world as household
-from rlanything_core.envs.interface import TaskRef, make_environment
+from rlanything_core.envs.interface import TaskRef, WarmStart, make_environment
 from rlanything_core.method.feedback import task_level_advantages
 from rlanything_core.method.parsing import parse_action, parse_action_index
 from rlanything_core.method.prompts import ActionFormat, policy_messages
@@ -32,6 +32,7 @@ from rlanything_core.models.modelling import (
 )
 from rlanything_core.models.sft import micro_batches, sft_update
 from rlanything_core.models.training import rl_update
+from rlanything_core.run.config import parse_config
 from rlanything_core.run.judging import judge_prompts
 from rlanything_core.run.rollout import Sampling, play
 
@@ -359,6 +360,56 @@ def test_text_answers_are_taught_on_prompts_that_list_the_actions_by_name() -> N
         assert parse_action(demo.answer, actions, "text") == expert
         episode.step(expert)
     assert episode.success
+
+
+def test_answer_noise_answers_a_fraction_of_the_same_prompts_with_a_random_admissible_action() -> (
+    None
+):
+    """`answer_noise` keeps the prompts and redraws about that fraction of the answers uniformly
+    over the admissible actions (so some redraws are the expert's own)."""
+    specs = household.generate_specs("id", 60, seed=7)
+
+    def demos(answer_noise: float) -> list[tuple[str, str]]:
+        made = policy_demonstrations(
+            specs,
+            household.HouseholdEpisode,
+            noise=0.3,
+            history_steps=0,
+            seed=3,
+            explain=False,
+            action_format="text",
+            answer_noise=answer_noise,
+        )
+        return [(d.prompt[1]["content"], d.answer) for d in made]
+
+    clean, noisy = demos(0.0), demos(0.5)
+    assert [p for p, _ in noisy] == [p for p, _ in clean]
+    changed = 0
+    for (prompt, expert), (_, answer) in zip(clean, noisy, strict=True):
+        listed = [line[2:] for line in prompt.splitlines() if line.startswith("- ")]
+        assert answer.removeprefix("\\boxed{").removesuffix("}") in listed
+        changed += answer != expert
+    # Redrawn with probability 0.5, to another action with probability 1 - 1/k (k listed actions).
+    expected = sum(
+        0.5 * (1 - 1 / sum(line.startswith("- ") for line in p.splitlines())) for p, _ in clean
+    )
+    assert len(clean) > 300
+    assert abs(changed - expected) < 4 * math.sqrt(expected), (changed, expected)
+    assert demos(0.0) == clean  # no noise: the planner's answers, deterministically
+
+
+def test_answer_noise_is_refused_where_no_answer_can_be_drawn() -> None:
+    config = {
+        "mode": "outcome_only",
+        "environment": {"name": "household"},
+        "reward_model": {"warm_start": {"enabled": True, "answer_noise": 0.2}},
+    }
+    with pytest.raises(ValueError, match=r"reward_model\.warm_start\.answer_noise"):
+        parse_config(config)
+    coding, _ = make_environment("coding", {}, "id")
+    request = WarmStart("policy", 2, 0.0, 0.0, False, specs_seed=0, seed=0, answer_noise=0.2)
+    with pytest.raises(ValueError, match="answer_noise"):
+        coding.demonstrations(request)
 
 
 @pytest.mark.parametrize("action_format", ["number", "text"])

@@ -2,7 +2,9 @@
 game's winning policy (nothing downloaded).
 
 - policy demonstrations: prompts from trajectories where a fraction `noise` of the steps were
-  random, answered with the expert's action (so states off the expert's path are covered);
+  random, answered with the expert's action (so states off the expert's path are covered), or,
+  for a fraction `answer_noise` of them, with an admissible action drawn uniformly (a partly
+  competent demonstrator);
 - judge demonstrations: steps of such trajectories labelled by the planner's progress label, with
   a fraction `label_noise` of the labels flipped so the reward model starts imperfect;
 - rewrite demonstrations: specs with a direction, answered with the JSON fields that change.
@@ -127,13 +129,19 @@ def policy_demonstrations(
     seed: int,
     explain: bool = True,
     action_format: ActionFormat = "number",
+    answer_noise: float = 0.0,
 ) -> list[Demo]:
     """Prompts answered by the expert: the action (its number, or its text: `action_format`)
-    in a box, after naming the action when `explain`."""
+    in a box, after naming the action when `explain`. A fraction `answer_noise` of the prompts
+    is answered with an admissible action drawn uniformly instead (it may be the expert's); the
+    trajectories, and so the prompts, are the same at any `answer_noise`."""
     out = []
+    answers = random.Random(f"{seed}-answer-noise")
     for s in _trajectories(specs, game, noise, history_steps, random.Random(seed)):
         prompt = policy_messages(s.goal, s.history, s.observation, s.actions, action_format)
-        answer = policy_answer(s.actions, s.expert, explain, action_format)
+        noisy = answers.random() < answer_noise
+        label = answers.randrange(len(s.actions)) if noisy else s.expert
+        answer = policy_answer(s.actions, label, explain, action_format)
         out.append(Demo(s.task_id, s.step_idx, prompt, answer))
     return out
 

@@ -101,6 +101,10 @@ class WarmStart:
     """Reward model: what it will be asked (`reward_model.mode`): verdicts, or unit tests."""
     episodes_per_task: int = 1
     """Episodes played on each task (`Environment.warm_start_specs`): ⌈episodes / this⌉ tasks."""
+    answer_noise: float = 0.0
+    """Policy: fraction of demonstrations answered with a uniformly drawn admissible action
+    instead of the expert's. An environment that cannot draw one raises `ValueError` when
+    this is not 0."""
 
     @property
     def tasks(self) -> int:

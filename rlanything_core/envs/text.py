@@ -141,6 +141,7 @@ class TextEnvironment(Environment[TextOptionsT]):
                 seed=request.seed,
                 explain=request.explain,
                 action_format=self.options.action_format,
+                answer_noise=request.answer_noise,
             )
         if (
             request.role == "reward_model"

@@ -44,6 +44,11 @@ class WarmStartConfig(_Strict):
     """Fraction of random actions in those episodes (covers states off the expert's path)."""
     label_noise: float = Field(0.2, ge=0.0, le=1.0)
     """Reward model only: fraction of step labels flipped, so the RM starts imperfect."""
+    answer_noise: float = Field(0.0, ge=0.0, le=1.0)
+    """Policy only: fraction of the demonstrations answered with an admissible action drawn
+    uniformly instead of the expert's, so the policy imitates a partly competent demonstrator
+    (household and TextWorld; other environments refuse it). Unlike fewer episodes, this
+    lowers the start without leaving the policy unable to read its prompt."""
     explain: bool = True
     """Policy only: answers name the action before the box ("I will go to desk 1. \\boxed{6}");
     False trains the box alone (shorter answers, for tiny models)."""
@@ -423,6 +428,12 @@ class RunConfig(_Strict):
                     f"{role}.warm_start: environment {self.environment.name!r} has no {role} "
                     f"demonstrations (it has: {', '.join(sorted(env.warm_starts)) or 'none'}); "
                     f"set {role}.warm_start.enabled: false."
+                )
+            if ws.answer_noise and role != "policy":
+                raise ValueError(
+                    f"{role}.warm_start.answer_noise: only the policy's demonstrations have "
+                    f"answers to draw at random; remove it (the reward model's label noise is "
+                    "`label_noise`)."
                 )
         adv = self.advantage
         if adv.grouping == "state" and adv.estimator != "step":

@@ -24,6 +24,7 @@ def warm_start_demos(config: RunConfig, role: str, ws: WarmStartConfig) -> list[
         seed=config.seed,
         judge_mode="unit_tests" if config.writes_unit_tests else "judge",
         episodes_per_task=ws.episodes_per_task,
+        answer_noise=ws.answer_noise,
     )
     return list(config.environment.env.demonstrations(request))
 

@@ -118,6 +118,11 @@ class CodingEnvironment(Environment[CodingOptions]):
 
     def demonstrations(self, request: WarmStart) -> list[Demo]:
         """Reference solutions (policy); judged references, or their tests in unit-test mode."""
+        if request.answer_noise:
+            raise ValueError(
+                f"policy.warm_start.answer_noise: {self.name!r} cannot draw a random answer for "
+                "its demonstrations; set answer_noise: 0."
+            )
         pairs = request.repeat(  # a problem's reference is the same on every repeat
             reference_pairs(self.pool_split, request.tasks, request.specs_seed, self.options.source)
         )

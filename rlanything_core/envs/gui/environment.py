@@ -128,6 +128,11 @@ class GuiEnvironment(Environment[GuiOptions]):
 
     def demonstrations(self, request: WarmStart) -> list[Demo]:
         """The expert's hinted plans played in Chromium (policy, judge); hint changes (env)."""
+        if request.answer_noise:
+            raise ValueError(
+                f"policy.warm_start.answer_noise: {self.name!r} cannot draw a random answer for "
+                "its demonstrations; set answer_noise: 0."
+            )
         specs = [cast(GuiSpec, s) for s in self.warm_start_specs(request)]
         if request.role == "env_model":
             return gui_rewrite_demonstrations(specs, self.rewrite_messages, seed=request.seed)
