@@ -47,8 +47,10 @@ class WarmStartConfig(_Strict):
     answer_noise: float = Field(0.0, ge=0.0, le=1.0)
     """Policy only: fraction of the demonstrations answered with an admissible action drawn
     uniformly instead of the expert's, so the policy imitates a partly competent demonstrator
-    (household and TextWorld; other environments refuse it). Unlike fewer episodes, this
-    lowers the start without leaving the policy unable to read its prompt."""
+    (household and TextWorld; other environments refuse it). It costs a tiny policy much more
+    than its share: the household learning benchmark's choosing policy started at 3.9 % held
+    out after 1000 episodes x 2 epochs with 0.3 of the answers drawn, against 49.0 % with none
+    (sweep runs z8, z2); fewer episodes lower the start less abruptly."""
     explain: bool = True
     """Policy only: answers name the action before the box ("I will go to desk 1. \\boxed{6}");
     False trains the box alone (shorter answers, for tiny models)."""
