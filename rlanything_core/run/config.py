@@ -434,7 +434,7 @@ class RunConfig(_Strict):
             if ws.answer_noise and role != "policy":
                 raise ValueError(
                     f"{role}.warm_start.answer_noise: only the policy's demonstrations have "
-                    f"answers to draw at random; remove it (the reward model's label noise is "
+                    "answers to draw at random; remove it (the reward model's label noise is "
                     "`label_noise`)."
                 )
         adv = self.advantage
