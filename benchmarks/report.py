@@ -17,6 +17,15 @@ def _load(name: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def _held_out_accuracy(point: dict[str, float]) -> str:
+    """A learning-curve point's in-domain policy accuracy with its interval and episode count."""
+    key = "eval/id/policy_accuracy"
+    return (
+        f"{100 * point[key]:.1f} % [{100 * point[key + '_ci_low']:.1f}, "
+        f"{100 * point[key + '_ci_high']:.1f}] ({point['eval/id/episodes']:.0f} episodes)"
+    )
+
+
 def rows() -> list[tuple[str, str, str]]:
     """(benchmark, result, file) rows for every result present."""
     out = []
@@ -128,21 +137,12 @@ def rows() -> list[tuple[str, str, str]]:
         if learning:
             flags = ", ".join(learning["machine"]["cpu_flags"])
             gain = learning["id"]
-
-            def accuracy(point: dict[str, float]) -> str:
-                key = "eval/id/policy_accuracy"
-                return (
-                    f"{100 * point[key]:.1f} % [{100 * point[key + '_ci_low']:.1f}, "
-                    f"{100 * point[key + '_ci_high']:.1f}] ({point['eval/id/episodes']:.0f} "
-                    "episodes)"
-                )
-
             out.append(
                 (
                     f"learning benchmark, {env} (configs/learning-{env}.yaml; {flags})",
-                    f"held out in-domain {accuracy(learning['curve'][0])} → "
-                    f"{accuracy(learning['curve'][-1])} after {gain['after_step']} rounds "
-                    f"(**{gain['gain_points']:+.1f} points**, intervals apart: "
+                    f"held out in-domain {_held_out_accuracy(learning['curve'][0])} → "
+                    f"{_held_out_accuracy(learning['curve'][-1])} after {gain['after_step']} "
+                    f"rounds (**{gain['gain_points']:+.1f} points**, intervals apart: "
                     f"{gain['intervals_apart']}) in {learning['wall_seconds'] / 60:.1f} min",
                     f"learning-{env}.json",
                 )
