@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -39,6 +40,10 @@ def measure(config_path: str) -> dict[str, Any]:
         "benchmark": "demo_run",
         "commit": git_commit(),
         "config": config_path,
+        # The allocator settings the run inherits (unset: glibc's and torch's defaults).
+        "allocator_env": {
+            k: os.environ.get(k) for k in ("MALLOC_MMAP_THRESHOLD_", "THP_MEM_ALLOC_ENABLE")
+        },
         "wall_seconds": round(seconds, 1),
         "peak_rss_tree_mb": round(rss.peak / 2**20, 1),
         "peak_rss_parts_mb": {k: round(v / 2**20, 1) for k, v in rss.parts.items()},

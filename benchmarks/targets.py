@@ -83,10 +83,10 @@ TARGETS: list[tuple[str, str, Callable[[dict[str, Any]], float], float, str, str
         demo_peak_rss_gb,
         6.0,
         "max",
-        "the allocator: glibc keeps freed activation memory, so a SmolLM2 LoRA warm-start step "
-        "of 8 x 210 tokens peaks at 4.3 GB by default and at 2.7 GB with its mmap threshold "
-        "fixed at 64 KB (MALLOC_MMAP_THRESHOLD_), but then takes 1.9x as long; a caching "
-        "allocator that returns memory, or gradient checkpointing in the updates",
+        "not the allocator: glibc keeps freed activation memory, and returning it "
+        "(MALLOC_MMAP_THRESHOLD_=131072, with torch's huge pages) peaks at 5.6 GB instead of "
+        "9.2 GB but takes 1.35x as long (886 s against 656 s alone, demo-memory/); gradient "
+        "checkpointing in the updates, shorter-lived activations in the warm starts",
     ),
     (
         "SmolLM2 demo round seconds (stages, warm starts aside)",
