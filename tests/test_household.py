@@ -63,6 +63,10 @@ def test_generator_ranges_are_checked_and_an_impossible_draw_fails_clearly(
 ) -> None:
     with pytest.raises(SpecError, match=r"num_distractors range \[3, 1\] is invalid"):
         generate_specs("id", 1, seed=0, num_distractors=(3, 1))
+    with pytest.raises(
+        SpecError, match=r"count range \[0, 2\] is invalid; use \[low, high\] within \[1"
+    ):
+        generate_specs("id", 1, seed=0, count=(0, 2))
 
     def never(_: object) -> None:
         raise SpecError("no layout")
@@ -111,6 +115,7 @@ def _bfs_distance(world: World, limit: int = 14) -> int:
         {"goal_type": "heat_put", "object": "egg", "num_distractors": 0, "layout_seed": 9},
         {"goal_type": "find_two", "object": "book", "target": "shelf", "num_distractors": 0},
         {"goal_type": "cool_put", "object": "apple", "target": "countertop", "layout_seed": 2},
+        {"goal_type": "put", "count": 2, "object": "book", "target": "shelf", "num_distractors": 0},
     ],
 )
 def test_planner_is_optimal_against_brute_force(over: dict[str, object]) -> None:
@@ -169,6 +174,11 @@ def test_same_spec_same_world() -> None:
             {"goal_type": "heat_put", "object": "egg", "target": "bed"},
             r"set num_rooms to at least 2",
         ),
+        ({"count": 4}, r"count: Input should be less than or equal to 3"),
+        (
+            {"goal_type": "find_two", "object": "book", "count": 2},
+            r"count=2 does not apply to goal_type='find_two'.*use goal_type 'put' with count",
+        ),
     ],
 )
 def test_invalid_specs_are_refused_with_a_fix(over: dict[str, object], message: str) -> None:
@@ -183,3 +193,31 @@ def test_spec_json_round_trip() -> None:
     with pytest.raises(SpecError, match="invalid household spec"):
         parse_spec("{not json")
     assert json.loads(spec.to_json())["goal_type"] == "clean_put"
+
+
+def test_several_objects_make_long_tasks_and_keep_single_object_specs_unchanged() -> None:
+    single = parse_spec(_spec())
+    assert "count" not in json.loads(single.to_json())  # task ids of one-object specs unchanged
+    double = parse_spec(_spec(count=2))
+    assert json.loads(double.to_json())["count"] == 2 and parse_spec(double.to_json()) == double
+    assert double.goal_text == "put two clean mugs in cabinet"
+    three_knives = parse_spec(_spec(count=3, object="knife"))
+    assert three_knives.goal_text == "put three clean knives in cabinet"
+    # each object is delivered, processed: the goal is not reached with one of two in place
+    episode = HouseholdEpisode(double)
+    delivered = 0
+    while not episode.done:
+        action = episode.expert_action()
+        episode.step(episode.actions.index(action))
+        delivered += action.startswith("put ")
+        assert episode.success == (delivered == 2)
+    assert episode.success
+
+    specs = generate_specs(
+        "id", 40, seed=3, goals=["clean_put", "heat_put"], num_rooms=(1, 1), count=(2, 2)
+    )
+    assert {s.count for s in specs} == {2}
+    lengths = [len(plan(build_world(s))) for s in specs]
+    singles = [len(plan(build_world(s.model_copy(update={"count": 1})))) for s in specs]
+    assert min(lengths) >= 10 and max(lengths) <= 20, lengths  # the long tasks issue 20 asks for
+    assert all(two > one for two, one in zip(lengths, singles, strict=True))

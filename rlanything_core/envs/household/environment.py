@@ -11,6 +11,7 @@ from rlanything_core.envs.demos import Knobs, TextGame
 from rlanything_core.envs.household import world as household
 from rlanything_core.envs.household.world import (
     GOAL_TYPES,
+    MAX_COUNT,
     MAX_DISTRACTORS,
     MAX_ROOMS,
     MAX_STEPS,
@@ -35,6 +36,9 @@ class HouseholdOptions(TextOptions):
     """Room-count range [low, high]; None = the split's own (id 1–2, ood 3–4)."""
     num_distractors: tuple[int, int] | None = None
     """Distractor-count range; None = the split's own (id 0–4, ood 2–6)."""
+    count: tuple[int, int] | None = None
+    """Range of how many objects each goal but find_two asks for, within [1, 3]: every object adds
+    a fetch, a process and a delivery, so two make long tasks. None = one."""
 
 
 class HouseholdEnvironment(TextEnvironment[HouseholdOptions]):
@@ -69,17 +73,24 @@ class HouseholdEnvironment(TextEnvironment[HouseholdOptions]):
             goals=o.goals,
             num_rooms=o.num_rooms,
             num_distractors=o.num_distractors,
+            count=o.count,
         )
 
     def game(self, spec: TaskSpec) -> TextGame:
         return HouseholdEpisode(cast(HouseholdSpec, spec))
 
     def rewrite_fields(self, spec: TaskSpec) -> str:
+        # count is named only where the pool uses it, so single-object runs keep their prompts.
+        count = (
+            f"; count (objects to deliver, not for find_two): 1-{MAX_COUNT}"
+            if self.options.count is not None
+            else ""
+        )
         return (
             f"goal_type: one of {list(GOAL_TYPES)}; object: one of {sorted(OBJECT_AFFORDANCES)}; "
             f"target: one of {list(RECEPTACLE_KINDS)}; num_rooms: 1-{MAX_ROOMS}; num_distractors: "
-            f"0-{MAX_DISTRACTORS}; max_steps: 1-{MAX_STEPS}; layout_seed: any integer >= 0. More "
-            "rooms and distractors and fewer steps make a task harder."
+            f"0-{MAX_DISTRACTORS}; max_steps: 1-{MAX_STEPS}; layout_seed: any integer >= 0{count}. "
+            "More rooms and distractors and fewer steps make a task harder."
         )
 
     def rewrite_example(self, spec: TaskSpec) -> str:

@@ -24,9 +24,9 @@ import json
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from rlanything_core.envs.common import SpecError, check_step_limit, validate_spec
 
@@ -94,6 +94,9 @@ _GOAL_TEMPLATE = {
 MAX_ROOMS = len(ROOMS)
 MAX_DISTRACTORS = 20
 MAX_STEPS = 100
+MAX_COUNT = 3
+_COUNT_WORDS = {2: "two", 3: "three"}
+_PLURALS = {"knife": "knives", "potato": "potatoes", "tomato": "tomatoes"}
 
 
 class HouseholdSpec(BaseModel):
@@ -115,13 +118,33 @@ class HouseholdSpec(BaseModel):
     """Step limit of an episode; must be at least the expert's plan length."""
     layout_seed: int = Field(ge=0, lt=2**31)
     """Seed of the procedural layout (which rooms, where things are)."""
+    count: int = Field(default=1, ge=1, le=MAX_COUNT)
+    """How many objects of the type to deliver (each processed if the goal asks), 1-3: each one
+    adds a fetch, a process and a delivery to the plan (long tasks). find_two always needs two."""
+
+    @model_serializer(mode="wrap")
+    def _omit_single_count(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # count 1 is left out, so single-object specs keep the JSON (and task ids) they had.
+        data: dict[str, Any] = handler(self)
+        if self.count == 1:
+            data.pop("count", None)
+        return data
 
     def to_json(self) -> str:
         return json.dumps(self.model_dump(), sort_keys=True)
 
     @property
+    def goal_objects(self) -> int:
+        """Objects the goal needs delivered."""
+        return 2 if self.goal_type == "find_two" else self.count
+
+    @property
     def goal_text(self) -> str:
-        return _GOAL_TEMPLATE[self.goal_type].format(obj=self.object, target=self.target)
+        template, obj = _GOAL_TEMPLATE[self.goal_type], self.object
+        if self.count > 1:
+            template = template.replace("put a ", f"put {_COUNT_WORDS[self.count]} ", 1)
+            obj = _PLURALS.get(obj, f"{obj}s")
+        return template.format(obj=obj, target=self.target)
 
 
 def parse_spec(data: str | dict[str, object]) -> HouseholdSpec:
@@ -137,6 +160,11 @@ def parse_spec(data: str | dict[str, object]) -> HouseholdSpec:
 
 
 def _check_semantics(spec: HouseholdSpec) -> None:
+    if spec.goal_type == "find_two" and spec.count != 1:
+        raise SpecError(
+            f"count={spec.count} does not apply to goal_type='find_two', which always needs two; "
+            "leave count out, or use goal_type 'put' with count 2 or 3."
+        )
     if spec.object not in OBJECT_AFFORDANCES:
         raise SpecError(
             f"object={spec.object!r} is not a known object type; use one of "
@@ -200,6 +228,7 @@ class World:
     agent_room: str
     agent_at: str | None = None
     holding: str | None = None
+    goal_count: int = 1  # objects to deliver
 
     def copy(self) -> World:
         return World(
@@ -215,11 +244,12 @@ class World:
             agent_room=self.agent_room,
             agent_at=self.agent_at,
             holding=self.holding,
+            goal_count=self.goal_count,
         )
 
     @property
     def needed(self) -> int:
-        return 2 if self.goal_type == "find_two" else 1
+        return self.goal_count
 
     def satisfies(self, obj: str) -> bool:
         """Is `obj` placed in a target receptacle in the state the goal asks for?"""
@@ -284,7 +314,7 @@ def build_world(spec: HouseholdSpec) -> World:
     if spec.goal_type in _PROCESS:
         avoid.add(_PROCESS[spec.goal_type][1])
     sources = [r for r in receptacles if kind_of[r] not in avoid]
-    for _ in range(2 if spec.goal_type == "find_two" else 1):
+    for _ in range(spec.goal_objects):
         place(spec.object, sources)
     distractor_kinds = [k for k in OBJECT_AFFORDANCES if k != spec.object]
     for _ in range(spec.num_distractors):
@@ -302,6 +332,7 @@ def build_world(spec: HouseholdSpec) -> World:
         goal_object=spec.object,
         goal_target=spec.target,
         agent_room=room_names[0],
+        goal_count=spec.goal_objects,
     )
 
 
@@ -576,13 +607,15 @@ def generate_specs(
     goals: Sequence[GoalType] | None = None,
     num_rooms: tuple[int, int] | None = None,
     num_distractors: tuple[int, int] | None = None,
+    count: tuple[int, int] | None = None,
 ) -> list[HouseholdSpec]:
     """`n` valid task specs.
 
     "id" (in-domain): put / clean / heat goals, 1–2 rooms, 0–4 distractors, common targets.
     "ood" (out-of-domain): cool / find-two goals, 3–4 rooms, 2–6 distractors, targets never used
     in-domain. `goals`, `num_rooms` and `num_distractors` replace the split's goal types and
-    (inclusive) ranges.
+    (inclusive) ranges. `count` draws how many objects each goal (but find_two) asks for, from an
+    inclusive range within [1, 3]; None = one.
     max_steps is the expert's plan length plus `step_slack`.
     """
     rng = random.Random(f"household-{split}-{seed}")
@@ -592,14 +625,15 @@ def generate_specs(
         else (OOD_GOALS, _OOD_TARGETS, (3, 4), (2, 6))
     )
     goals, rooms, distractors = goals or goals_, num_rooms or rooms, num_distractors or distractors
-    for name, (low, high), top in (
-        ("num_rooms", rooms, MAX_ROOMS),
-        ("num_distractors", distractors, MAX_DISTRACTORS),
+    for name, (low, high), bottom, top in (
+        ("num_rooms", rooms, 1, MAX_ROOMS),
+        ("num_distractors", distractors, 0, MAX_DISTRACTORS),
+        ("count", count or (1, 1), 1, MAX_COUNT),
     ):
-        if not 0 <= low <= high <= top or (name == "num_rooms" and low < 1):
+        if not bottom <= low <= high <= top:
             raise SpecError(
                 f"{name} range {[low, high]} is invalid; use [low, high] within "
-                f"[{1 if name == 'num_rooms' else 0}, {top}] with low <= high."
+                f"[{bottom}, {top}] with low <= high."
             )
     specs: list[HouseholdSpec] = []
     for _ in range(100 * n + 1000):
@@ -617,6 +651,8 @@ def generate_specs(
             "max_steps": MAX_STEPS,
             "layout_seed": rng.randrange(2**31),
         }
+        if count is not None and goal != "find_two":
+            draft["count"] = rng.randint(*count)
         try:
             spec = parse_spec(draft)
         except SpecError:
