@@ -187,6 +187,11 @@ def judge_demonstrations(
     return out
 
 
+DEMO_CRITIQUE = "The agent wanders before it acts."
+"""The critique every rewrite demonstration carries (at run time the environment model writes
+one from the reward model's verdicts)."""
+
+
 def rewrite_demonstrations(
     specs: Sequence[Any],
     knobs: Knobs,
@@ -212,6 +217,6 @@ def rewrite_demonstrations(
         except (SpecError, ValueError):
             continue
         accuracy = rng.uniform(0.8, 1.0) if direction == "harder" else rng.uniform(0.0, 0.2)
-        prompt = rewrite(spec, direction, accuracy, "The agent wanders before it acts.")
+        prompt = rewrite(spec, direction, accuracy, DEMO_CRITIQUE)
         out.append(Demo(f"demo-{n:03d}", 0, prompt, json.dumps(change)))
     return out

@@ -1,0 +1,211 @@
+"""How often does the environment model propose a valid rewrite?
+
+    python benchmarks/rewrite_validity.py --config configs/ablation-household.yaml \
+        --tasks 200 --out benchmarks/results/rewrite-validity/ablation-household.json
+
+Issue 20 asks for an environment model that proposes valid rewrites at least half of the time, so
+that task adaptation can act. This measures that outside a training run: the config's environment
+model (warm-started first, as `rlanything train` does, when `env_model.warm_start` is enabled)
+critiques and then rewrites `--tasks` tasks of the config's initial pool, each once "harder" (as
+if solved in 7/8 of its attempts) and once "easier" (1/8), with the round's own prompts and
+sampling settings. A critique at run time summarizes the reward model's verdicts on the task's
+steps; here there are none, so the critique prompt carries only the task and its accuracy.
+`--critique demo` skips the critique and gives every rewrite prompt the critique the warm start's
+demonstrations carry: the rewrite step alone, on the prompts it was trained on.
+
+Every proposal is parsed as a round parses it (the last JSON object merged onto the task's
+spec, then the environment's validation, which for household includes solvability within the
+step limit). The JSON: the valid fraction with its 95 % interval clustered by task, per
+direction, and the counts of every error message (the invalid ones' reasons), plus examples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from common import git_commit, machine, save
+
+from rlanything_core.base.schemas import rows_frame
+from rlanything_core.base.seeding import derive_seed
+from rlanything_core.envs.demos import DEMO_CRITIQUE
+from rlanything_core.envs.interface import TaskSpec
+from rlanything_core.method.stats import accuracy, as_metrics
+from rlanything_core.models.engines import open_engine
+from rlanything_core.models.sft import tokenize_demos
+from rlanything_core.models.training import sft_finetune
+from rlanything_core.run.config import RunConfig, load_config
+from rlanything_core.run.warm_start import warm_start_demos
+
+DIRECTIONS = {"harder": 7 / 8, "easier": 1 / 8}
+"""Direction → the accuracy the prompt reports (just outside the paper's band either way)."""
+
+
+def env_model_source(config: RunConfig, work: Path) -> str:
+    """The environment model to sample from: the configured one, warm-started into `work` when
+    `env_model.warm_start` is enabled (the train flow's warm-start stage, same settings)."""
+    em, ws = config.env_model, config.env_model.warm_start
+    if not ws.enabled:
+        return em.model.source
+    demos = warm_start_demos(config, "env_model", ws)
+    out = work / "env_model_warm_start"
+    started = time.monotonic()
+    sft_finetune(
+        em.model.source,
+        out,
+        lambda tokenizer: tokenize_demos(tokenizer, demos),
+        device=em.model.device,
+        dtype=em.model.dtype,
+        lora_rank=em.lora_rank,
+        lr=ws.lr,
+        epochs=ws.epochs,
+        micro_batch_size=ws.micro_batch_size,
+        seed=config.seed,
+        lr_schedule=ws.lr_schedule,
+        group_by_length=ws.group_by_length,
+    )
+    steps = ws.epochs * math.ceil(len(demos) / ws.micro_batch_size)
+    print(
+        f"warm start: {len(demos)} demonstrations, {steps} steps, "
+        f"{time.monotonic() - started:.0f} s"
+    )
+    return str(out)
+
+
+def proposals(config: RunConfig, source: str, specs: list[TaskSpec], critique: str) -> pd.DataFrame:
+    """One row per (task, direction): the critique (written by the model, or the warm start's
+    with `critique` "demo"), the answer, and whether it parsed valid."""
+    env, em = config.environment.env, config.env_model
+    engine = open_engine(em.model, source, "env_model", em.lora_rank)
+    asks = [(k, spec, d) for k, spec in enumerate(specs) for d in DIRECTIONS]
+    judgments, rollouts = rows_frame([], "judgments"), rows_frame([], "rollouts")
+
+    def ask(prompts: list, purpose: str, max_new_tokens: int) -> list[str]:
+        seeds = [derive_seed(config.seed, purpose, k, d) for k, _, d in asks]
+        outs = engine.generate(
+            prompts,
+            seeds,
+            max_new_tokens=max_new_tokens,
+            temperature=em.model.temperature,
+            batch_size=em.model.batch_size,
+        )
+        return [o.text for o in outs]
+
+    critiques = (
+        [DEMO_CRITIQUE] * len(asks)
+        if critique == "demo"
+        else ask(
+            [
+                env.critique_messages(
+                    spec,
+                    DIRECTIONS[d],
+                    judgments,
+                    rollouts,
+                    em.critique_source,
+                    em.critique_examples,
+                )
+                for _, spec, d in asks
+            ],
+            "critique",
+            em.critique_max_new_tokens,
+        )
+    )
+    answers = ask(
+        [
+            env.rewrite_messages(spec, d, DIRECTIONS[d], c)
+            for (_, spec, d), c in zip(asks, critiques, strict=True)
+        ],
+        "rewrite",
+        em.model.max_new_tokens,
+    )
+    rows = []
+    for (k, spec, d), critique, answer in zip(asks, critiques, answers, strict=True):
+        proposed, error = env.parse_proposal(answer, spec)
+        rows.append(
+            {
+                "task": k,
+                "direction": d,
+                "critique": critique,
+                "answer": answer,
+                "valid": proposed is not None,
+                "error": error,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def summary(frame: pd.DataFrame) -> dict[str, object]:
+    """Valid fraction (95 % interval clustered by task) overall and per direction, and the
+    invalid proposals' reasons."""
+    out: dict[str, object] = {
+        **as_metrics("valid", accuracy(frame["valid"].to_numpy(), frame["task"])),
+        "proposals": len(frame),
+        "tasks": int(frame["task"].nunique()),
+    }
+    for d in DIRECTIONS:
+        part = frame[frame["direction"] == d]
+        out[d] = as_metrics("valid", accuracy(part["valid"].to_numpy(), part["task"]))
+    reasons = Counter(frame.loc[~frame["valid"], "error"].fillna("?").str.slice(0, 160))
+    out["invalid_reasons"] = dict(reasons.most_common())
+    out["examples"] = frame.groupby("valid").head(5).to_dict("records")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--tasks", type=int, default=200, help="tasks of the pool to rewrite")
+    parser.add_argument("--out", required=True, help="JSON result path")
+    parser.add_argument(
+        "--critique",
+        choices=("model", "demo"),
+        default="model",
+        help="model: the environment model writes each critique (as in a round); demo: every "
+        "prompt carries the warm-start demonstrations' critique",
+    )
+    args = parser.parse_args()
+    config = load_config(args.config)
+    env_config = config.environment
+    specs = list(env_config.env.generate(env_config.split, args.tasks, env_config.seed))
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="rewrite-validity-") as work:
+        frame = proposals(config, env_model_source(config, Path(work)), specs, args.critique)
+    result = summary(frame)
+    save(
+        Path(args.out),
+        {
+            "benchmark": "rewrite-validity",
+            "config_file": args.config,
+            "critique": args.critique,
+            "config": config.model_dump(mode="json"),
+            "commit": git_commit(),
+            "machine": machine(),
+            "wall_seconds": round(time.monotonic() - started, 1),
+            **result,
+        },
+    )
+    valid = float(np.mean(frame["valid"]))
+    print(
+        f"valid rewrites: {100 * valid:.1f} % [{100 * float(result['valid_ci_low']):.1f}, "
+        f"{100 * float(result['valid_ci_high']):.1f}] of {len(frame)} proposals on "
+        f"{result['tasks']} tasks"
+    )
+    for d in DIRECTIONS:
+        part = result[d]
+        assert isinstance(part, dict)
+        print(
+            f"  {d}: {100 * part['valid']:.1f} % [{100 * part['valid_ci_low']:.1f}, "
+            f"{100 * part['valid_ci_high']:.1f}]"
+        )
+    for reason, n in list(result["invalid_reasons"].items())[:8]:  # type: ignore[union-attr]
+        print(f"  {n:4d}  {reason}")
+
+
+if __name__ == "__main__":
+    main()
