@@ -29,10 +29,12 @@ def propose_rewrites(
     round_idx: int,
     base_seed: int,
     checkpoint: str,
+    critiques: Sequence[str] | None = None,
 ) -> list[dict[str, object]]:
     """The environment model critiques each triggered task from its judged rollouts, then
     rewrites it in the triggered direction; `env` parses each answer into a valid spec or an
-    error. One candidates row per triggered task, valid or not."""
+    error. One candidates row per triggered task, valid or not. `critiques`, one per triggered
+    task, replace the ones the model would write (benchmarks/rewrite_validity.py)."""
     r = round_idx
 
     def ask(prompts: list[Messages], purpose: str, max_new_tokens: int) -> list[str]:
@@ -52,20 +54,24 @@ def propose_rewrites(
     def of_task(frame: pd.DataFrame, ref: TaskRef) -> pd.DataFrame:
         return frame[(frame.task_id == ref.task_id) & (frame.task_version == ref.task_version)]
 
-    critiques = ask(
-        [
-            env.critique_messages(
-                ref.spec,
-                a,
-                of_task(judgments, ref),
-                of_task(rollouts, ref),
-                em.critique_source,
-                em.critique_examples,
-            )
-            for ref, a, _ in triggered
-        ],
-        "critique",
-        em.critique_max_new_tokens,
+    critiques = (
+        list(critiques)
+        if critiques is not None
+        else ask(
+            [
+                env.critique_messages(
+                    ref.spec,
+                    a,
+                    of_task(judgments, ref),
+                    of_task(rollouts, ref),
+                    em.critique_source,
+                    em.critique_examples,
+                )
+                for ref, a, _ in triggered
+            ],
+            "critique",
+            em.critique_max_new_tokens,
+        )
     )
     answers = ask(
         [
