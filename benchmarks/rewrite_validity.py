@@ -33,13 +33,13 @@ import pandas as pd
 from common import git_commit, machine, save
 
 from rlanything_core.base.schemas import rows_frame
-from rlanything_core.base.seeding import derive_seed
 from rlanything_core.envs.demos import DEMO_CRITIQUE
-from rlanything_core.envs.interface import TaskSpec
+from rlanything_core.envs.interface import TaskRef, TaskSpec
 from rlanything_core.method.stats import accuracy, as_metrics
 from rlanything_core.models.engines import open_engine
 from rlanything_core.models.sft import tokenize_demos
 from rlanything_core.models.training import sft_finetune
+from rlanything_core.run.adapting import propose_rewrites
 from rlanything_core.run.config import RunConfig, load_config
 from rlanything_core.run.warm_start import warm_start_demos
 
@@ -79,81 +79,50 @@ def env_model_source(config: RunConfig, work: Path) -> str:
 
 
 def proposals(config: RunConfig, source: str, specs: list[TaskSpec], critique: str) -> pd.DataFrame:
-    """One row per (task, direction): the critique (written by the model, or the warm start's
-    with `critique` "demo"), the answer, and whether it parsed valid."""
-    env, em = config.environment.env, config.env_model
-    engine = open_engine(em.model, source, "env_model", em.lora_rank)
-    asks = [(k, spec, d) for k, spec in enumerate(specs) for d in DIRECTIONS]
-    judgments, rollouts = rows_frame([], "judgments"), rows_frame([], "rollouts")
-
-    def ask(prompts: list, purpose: str, max_new_tokens: int) -> list[str]:
-        seeds = [derive_seed(config.seed, purpose, k, d) for k, _, d in asks]
-        outs = engine.generate(
-            prompts,
-            seeds,
-            max_new_tokens=max_new_tokens,
-            temperature=em.model.temperature,
-            batch_size=em.model.batch_size,
-        )
-        return [o.text for o in outs]
-
-    critiques = (
-        [DEMO_CRITIQUE] * len(asks)
-        if critique == "demo"
-        else ask(
-            [
-                env.critique_messages(
-                    spec,
-                    DIRECTIONS[d],
-                    judgments,
-                    rollouts,
-                    em.critique_source,
-                    em.critique_examples,
-                )
-                for _, spec, d in asks
-            ],
-            "critique",
-            em.critique_max_new_tokens,
-        )
+    """One candidates row per (task, direction), made as a round makes them (critique, then
+    rewrite, then parse): the critique written by the model, or with `critique` "demo" the warm
+    start's."""
+    em = config.env_model
+    triggered = [
+        (TaskRef(f"task-{k:04d}", 1, spec), acc, direction)
+        for k, spec in enumerate(specs)
+        for direction, acc in DIRECTIONS.items()
+    ]
+    rows = propose_rewrites(
+        config.environment.env,
+        open_engine(em.model, source, "env_model", em.lora_rank),
+        triggered,
+        rows_frame([], "judgments"),
+        rows_frame([], "rollouts"),
+        em=em,
+        round_idx=0,
+        base_seed=config.seed,
+        checkpoint=source,
+        critiques=[DEMO_CRITIQUE] * len(triggered) if critique == "demo" else None,
     )
-    answers = ask(
-        [
-            env.rewrite_messages(spec, d, DIRECTIONS[d], c)
-            for (_, spec, d), c in zip(asks, critiques, strict=True)
-        ],
-        "rewrite",
-        em.model.max_new_tokens,
-    )
-    rows = []
-    for (k, spec, d), critique, answer in zip(asks, critiques, answers, strict=True):
-        proposed, error = env.parse_proposal(answer, spec)
-        rows.append(
-            {
-                "task": k,
-                "direction": d,
-                "critique": critique,
-                "answer": answer,
-                "valid": proposed is not None,
-                "error": error,
-            }
-        )
     return pd.DataFrame(rows)
 
 
 def summary(frame: pd.DataFrame) -> dict[str, object]:
     """Valid fraction (95 % interval clustered by task) overall and per direction, and the
     invalid proposals' reasons."""
+    task = "parent_task_id"
     out: dict[str, object] = {
-        **as_metrics("valid", accuracy(frame["valid"].to_numpy(), frame["task"])),
+        **as_metrics("valid", accuracy(frame["valid"].to_numpy(), frame[task])),
         "proposals": len(frame),
-        "tasks": int(frame["task"].nunique()),
+        "tasks": int(frame[task].nunique()),
     }
     for d in DIRECTIONS:
         part = frame[frame["direction"] == d]
-        out[d] = as_metrics("valid", accuracy(part["valid"].to_numpy(), part["task"]))
+        out[d] = as_metrics("valid", accuracy(part["valid"].to_numpy(), part[task]))
+    answers = frame.pivot_table(index=task, columns="direction", values="response", aggfunc="first")
+    # A model that reads the direction answers "harder" and "easier" differently (both are
+    # sampled with the same seed, as a round seeds by task).
+    out["same_answer_both_directions"] = float((answers["harder"] == answers["easier"]).mean())
     reasons = Counter(frame.loc[~frame["valid"], "error"].fillna("?").str.slice(0, 160))
     out["invalid_reasons"] = dict(reasons.most_common())
-    out["examples"] = frame.groupby("valid").head(5).to_dict("records")
+    columns = ["parent_task_id", "direction", "critique", "response", "valid", "error"]
+    out["examples"] = frame.groupby("valid").head(5)[columns].to_dict("records")
     return out
 
 
@@ -203,6 +172,8 @@ def main() -> None:
             f"  {d}: {100 * part['valid']:.1f} % [{100 * part['valid_ci_low']:.1f}, "
             f"{100 * part['valid_ci_high']:.1f}]"
         )
+    same = float(result["same_answer_both_directions"])  # type: ignore[arg-type]
+    print(f"  same answer harder and easier: {100 * same:.1f} % of the tasks")
     for reason, n in list(result["invalid_reasons"].items())[:8]:  # type: ignore[union-attr]
         print(f"  {n:4d}  {reason}")
 
