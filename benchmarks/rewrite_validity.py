@@ -28,7 +28,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from common import git_commit, machine, save
 
@@ -159,11 +158,10 @@ def main() -> None:
             **result,
         },
     )
-    valid = float(np.mean(frame["valid"]))
+    valid, low, high = (float(result[k]) for k in ("valid", "valid_ci_low", "valid_ci_high"))  # type: ignore[arg-type]
     print(
-        f"valid rewrites: {100 * valid:.1f} % [{100 * float(result['valid_ci_low']):.1f}, "
-        f"{100 * float(result['valid_ci_high']):.1f}] of {len(frame)} proposals on "
-        f"{result['tasks']} tasks"
+        f"valid rewrites: {100 * valid:.1f} % [{100 * low:.1f}, {100 * high:.1f}] of "
+        f"{len(frame)} proposals on {result['tasks']} tasks"
     )
     for d in DIRECTIONS:
         part = result[d]

@@ -247,10 +247,6 @@ class World:
             goal_count=self.goal_count,
         )
 
-    @property
-    def needed(self) -> int:
-        return self.goal_count
-
     def satisfies(self, obj: str) -> bool:
         """Is `obj` placed in a target receptacle in the state the goal asks for?"""
         if self.kind_of[obj] != self.goal_object or obj == self.holding:
@@ -267,7 +263,7 @@ class World:
         return None
 
     def goal_reached(self) -> bool:
-        return sum(self.satisfies(o) for o in self.states) >= self.needed
+        return sum(self.satisfies(o) for o in self.states) >= self.goal_count
 
     def accessible(self, rec: str) -> bool:
         return self.is_open.get(rec, True)
@@ -467,7 +463,7 @@ def plan(w: World) -> list[str]:
         [r for r in w.room_of if w.kind_of[r] == process[1]] if process is not None else [None]
     )
     targets = [r for r in w.room_of if w.kind_of[r] == w.goal_target]
-    missing = w.needed - sum(w.satisfies(o) for o in w.states)
+    missing = w.goal_count - sum(w.satisfies(o) for o in w.states)
     held = w.holding
     held_is_goal = held is not None and w.kind_of[held] == w.goal_object
     free = [
