@@ -93,6 +93,7 @@ def judge_steps(
             batch_size=rm.model.batch_size,
             env=config.environment.env,
             on_batch=advance,
+            verdicts=rm.verdicts if rm.answers == "choose" else None,
         )
 
 

@@ -336,6 +336,80 @@ def test_the_reward_model_warm_start_shows_the_prompts_it_judges_at_run_time(
         assert "\\boxed{go to " in at_run_time[0][1]["content"]
 
 
+def test_chosen_verdicts_are_drawn_by_the_reward_models_probability_of_writing_them() -> None:
+    """`reward_model.answers: choose`: every vote is one of the verdict answers, parsed as its
+    box says, reproducible from its seed; on one step, 1000 votes land on each verdict about as
+    often as softmax of the RM's summed log-probs of writing it (answer + EOS), computed here
+    with a plain forward pass."""
+    import pandas as pd
+
+    from rlanything_core.models.engines import HFEngine
+    from rlanything_core.run.judging import judge
+
+    spec = household.generate_specs("id", 1, seed=4)[0]
+    env = make_environment("household", {"action_format": "text"}, "id")[0]
+    rows = play(
+        _Expert(spec, "text"),  # type: ignore[arg-type]
+        env,
+        [TaskRef("demo-000", 1, spec)],
+        rollouts_per_task=1,
+        round_idx=0,
+        base_seed=0,
+        checkpoint="expert",
+        sampling=Sampling(1.0, 8, 1),
+    )
+    rollouts = pd.DataFrame(rows[:1])
+    model, tok = load_model("tiny", device="cpu")
+    verdicts = ["\\boxed{+1}", "\\boxed{-1}"]
+    kwargs = {"round_idx": 0, "checkpoint": "tiny", "temperature": 1.0, "max_new_tokens": 24}
+    votes = judge(
+        HFEngine(model, tok), rollouts, votes=1000, base_seed=7, batch_size=64, env=env,
+        verdicts=verdicts, **kwargs,
+    )  # fmt: skip
+    again = judge(
+        HFEngine(model, tok), rollouts, votes=1000, base_seed=7, batch_size=16, env=env,
+        verdicts=verdicts, **kwargs,
+    )  # fmt: skip
+    assert [v["reasoning"] for v in votes] == [v["reasoning"] for v in again]
+    assert {v["reasoning"] for v in votes} <= set(verdicts)
+    for v in votes:
+        assert v["verdict"] == (1 if v["reasoning"] == verdicts[0] else -1)
+        assert v["finish_reason"] == "stop"
+    prompt = judge_prompts(rollouts, env)[0]
+    ids = [[*tok(a, add_special_tokens=False)["input_ids"], tok.eos_token_id] for a in verdicts]
+    logp, _ = response_logprobs(
+        model, [encode_chat(tok, prompt)] * 2, ids, temperature=1.0, pad_id=tok.pad_token_id
+    )
+    lengths = torch.tensor([len(a) for a in ids])
+    mask = torch.arange(logp.shape[1])[None, :] < lengths[:, None]
+    probs = torch.softmax((logp * mask).sum(-1), 0)
+    share = sum(v["verdict"] == 1 for v in votes) / len(votes)
+    # Two answers of equal length that this untrained RM writes with probabilities 0.40 and
+    # 0.60: 1000 draws (4 binomial standard deviations of a share are at most 0.064) tell them
+    # from a constant verdict and from a fair coin.
+    assert 0.3 < float(probs[0]) < 0.45, probs
+    assert abs(share - float(probs[0])) < 0.064, (share, probs)
+    assert [list(v["response_token_ids"]) for v in votes[:2]] == [
+        ids[verdicts.index(v["reasoning"])] for v in votes[:2]
+    ]
+
+
+def test_chosen_verdicts_need_an_in_process_judge_and_parsable_answers() -> None:
+    base = {"environment": {"name": "household"}, "mode": "reward"}
+    with pytest.raises(ValueError, match=r"reward_model.answers: choose scores every verdict"):
+        parse_config(
+            base | {"reward_model": {"answers": "choose", "model": {"engine": {"kind": "openai",
+                    "url": "http://localhost:1"}}}}
+        )  # fmt: skip
+    with pytest.raises(ValueError, match=r"unparsable: \['Progress.'\]"):
+        parse_config(
+            base
+            | {"reward_model": {"answers": "choose", "verdicts": ["Progress.", "No \\boxed{-1}"]}}
+        )
+    config = parse_config(base | {"reward_model": {"answers": "choose"}})
+    assert config.reward_model.verdicts == ("Progress. \\boxed{1}", "No progress. \\boxed{-1}")
+
+
 def test_text_answers_are_taught_on_prompts_that_list_the_actions_by_name() -> None:
     """With `action_format: text` the warm start's prompt lists the actions unnumbered, and its
     answer is the expert's action in a box, which the rollout parser maps back to that action."""

@@ -21,6 +21,7 @@ from rlanything_core.envs.interface import (
     environment_class,
     make_environment,
 )
+from rlanything_core.method.parsing import parse_verdict
 from rlanything_core.models.config import ModelConfig, UpdateConfig, _Strict
 
 Mode = Literal["outcome_only", "policy", "reward", "env"]
@@ -247,12 +248,47 @@ class RewardModelConfig(_Strict):
     code's coding mode)."""
     votes: int = Field(3, ge=1)
     """m, verdicts sampled per step in judge mode. Paper: 3."""
+    answers: Literal["generate", "choose"] = "generate"
+    """Judge mode. "generate": each vote is an answer the RM writes, reasoning then a verdict in
+    \\boxed{} (the paper). "choose": each vote is one of `verdicts`, drawn with the RM's own
+    probability of writing it, renormalized over them (temperature-scaled), as
+    `policy.answers: choose` draws actions: one forward pass per step for all m votes instead of
+    m decodes. The same distribution as "generate" for an RM that only ever writes one of
+    `verdicts` (as the built-in warm starts teach); an RM that reasons freely is cut to them.
+    In-process engine only."""
+    verdicts: tuple[str, ...] = ("Progress. \\boxed{1}", "No progress. \\boxed{-1}")
+    """With answers: choose, the complete answers a vote is drawn among; each must hold a
+    parsable verdict. The default is what the built-in warm starts teach."""
     tests_per_task: int = Field(8, ge=1)
     """Unit-test mode: tests the RM writes per task per round. Reference (coding): 16."""
     parse_failure_penalty: float = -2.0
     """Reward of a verdict that cannot be parsed. Reference: −2."""
     accuracy_band: tuple[float, float] = (0.2, 0.8)
     """Train the RM only on tasks whose round accuracy is in [low, high]. METHOD.md: [0.2, 0.8]."""
+
+    @model_validator(mode="after")
+    def _choosing_verdicts(self) -> RewardModelConfig:
+        if self.answers != "choose":
+            return self
+        if self.model.engine.kind != "hf":
+            raise ValueError(
+                f"reward_model.answers: choose scores every verdict with the in-process model, "
+                f"but reward_model.model.engine.kind is {self.model.engine.kind!r}; set "
+                "engine.kind: hf or answers: generate"
+            )
+        if self.mode != "judge":
+            raise ValueError(
+                "reward_model.answers: choose draws judge verdicts, but reward_model.mode is "
+                f"{self.mode!r}; set answers: generate"
+            )
+        unparsable = [v for v in self.verdicts if parse_verdict(v) is None]
+        if len(set(self.verdicts)) < 2 or unparsable:
+            raise ValueError(
+                f"reward_model.verdicts must list at least two distinct answers, each with a "
+                f"verdict in \\boxed{{}} such as 'Progress. \\boxed{{1}}'; got "
+                f"{list(self.verdicts)} (unparsable: {unparsable})"
+            )
+        return self
 
 
 class EnvModelConfig(_Strict):

@@ -1,18 +1,21 @@
 """Reward scoring: the generative reward model judges every step of every rollout m times.
 
 Each vote is a full answer (reasoning, then a verdict in \\boxed{}); the verdict is parsed to
-+1 / −1, or None when the answer holds no parsable verdict (counted, never an error).
++1 / −1, or None when the answer holds no parsable verdict (counted, never an error). With
+`verdicts` (`reward_model.answers: choose`) each vote is drawn among those complete answers by the
+RM's probability of writing each, renormalized over them: the m votes on a step share one scoring
+of its prompt.
 Vote seeds: derive_seed(base_seed, "judge", round, task_id, task_version, rollout_idx, step_idx,
 vote_idx).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pandas as pd
 
-from rlanything_core.base.generation import Engine, Messages
+from rlanything_core.base.generation import Chooser, Engine, Messages
 from rlanything_core.base.schemas import STEP_KEY
 from rlanything_core.base.seeding import derive_seed
 from rlanything_core.envs.interface import Environment, StepView
@@ -52,8 +55,10 @@ def judge(
     batch_size: int,
     env: Environment,
     on_batch: Callable[[int], None] | None = None,
+    verdicts: Sequence[str] | None = None,
 ) -> list[dict[str, object]]:
-    """m votes per rollout step; one row per vote (the judgments schema)."""
+    """m votes per rollout step; one row per vote (the judgments schema). With `verdicts`, each
+    vote is chosen among them (`Chooser.choose`, the vote's seed drawing it) instead of written."""
     prompts = judge_prompts(rollouts, env)
     jobs = []
     for (_, row), prompt in zip(rollouts.iterrows(), prompts, strict=True):
@@ -69,14 +74,31 @@ def judge(
                 j,
             )
             jobs.append((row, j, seed, prompt))
-    outs = engine.generate(
-        [p for *_, p in jobs],
-        [s for _, _, s, _ in jobs],
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        batch_size=batch_size,
-        on_batch=on_batch,
-    )
+    if verdicts is None:
+        outs = engine.generate(
+            [p for *_, p in jobs],
+            [s for _, _, s, _ in jobs],
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            batch_size=batch_size,
+            on_batch=on_batch,
+        )
+    else:
+        if not isinstance(engine, Chooser):
+            raise ValueError(
+                f"reward_model.answers: choose needs an engine that scores answers; "
+                f"{type(engine).__name__} does not. Use reward_model.model.engine.kind: hf, or "
+                "reward_model.answers: generate."
+            )
+        outs = engine.choose(
+            [p for *_, p in jobs],
+            [list(verdicts)] * len(jobs),
+            [s for _, _, s, _ in jobs],
+            temperature=temperature,
+            batch_size=batch_size,
+        )
+        if on_batch is not None:
+            on_batch(len(jobs))
     return [
         {
             "round": round_idx,
