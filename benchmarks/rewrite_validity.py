@@ -1,7 +1,8 @@
 """How often does the environment model propose a valid rewrite?
 
-    python benchmarks/rewrite_validity.py --config configs/ablation-household.yaml \
-        --tasks 200 --out benchmarks/results/rewrite-validity/ablation-household.json
+    python benchmarks/rewrite_validity.py \
+        --config benchmarks/results/rewrite-validity/ev-g-128x4-ws2000x4-t0.3.yaml \
+        --tasks 200 --out ev-g.json
 
 Issue 20 asks for an environment model that proposes valid rewrites at least half of the time, so
 that task adaptation can act. This measures that outside a training run: the config's environment
