@@ -14,8 +14,10 @@ from tasks.playing import Metrics, Outputs, judge_steps, play_policy, unit_test_
 
 
 def round_tasks(config: RunConfig, pool: pd.DataFrame, r: int) -> list[TaskRef]:
-    """The tasks round r plays: its batch of the `pool` (`environment.tasks_per_round`)."""
-    return round_batch(pool, config.environment, config.seed, r)
+    """The tasks round r plays: its batch of the `pool` (`environment.tasks_per_round`), led by
+    the rewrites accepted in round r − 1 where tasks adapt (`adaptation.replay_accepted`)."""
+    replay = config.adapts_tasks and config.adaptation.replay_accepted
+    return round_batch(pool, config.environment, config.seed, r, replay_accepted=replay)
 
 
 @stage_task("rollout")

@@ -366,6 +366,33 @@ def test_round_batch_takes_the_pool_rows_with_their_current_versions() -> None:
         EnvironmentConfig(num_tasks=6, tasks_per_round=7)
 
 
+def test_rewrites_accepted_in_a_round_are_played_first_in_the_next() -> None:
+    """12 tasks, 4 a round: the two rewrites accepted in round 1 lead round 2's batch, which keeps
+    4 tasks (2 of its own); a rewrite accepted earlier, or none, leaves the batch as it was; the
+    cap is the batch size. Without replay the batch is the pass's own."""
+    env = EnvironmentConfig(num_tasks=12, tasks_per_round=4, split="id", seed=0, step_slack=4)
+    pool = initial_pool(env)
+    own = batch_positions(12, 4, seed=0, round_idx=2)
+    outside = [i for i in range(12) if i not in own]
+    accepted, older = outside[:2], outside[2]
+    rewritten = ["origin", "created_round", "task_version"]
+    pool.loc[pool.index[accepted], rewritten] = ["rewritten", 1, 2]
+    pool.loc[pool.index[older], rewritten] = ["rewritten", 0, 2]
+    ids = list(pool["task_id"])
+    played = [t.task_id for t in round_batch(pool, env, 0, 2, replay_accepted=True)]
+    assert played == [ids[i] for i in sorted(accepted + own[:2])]
+    assert [t.task_version for t in round_batch(pool, env, 0, 2, replay_accepted=True)] == [
+        2 if i in accepted else 1 for i in sorted(accepted + own[:2])
+    ]
+    assert [t.task_id for t in round_batch(pool, env, 0, 2)] == [ids[i] for i in own]
+    assert [t.task_id for t in round_batch(pool, env, 0, 3, replay_accepted=True)] == [
+        ids[i] for i in batch_positions(12, 4, seed=0, round_idx=3)
+    ]
+    pool.loc[pool.index[outside], ["origin", "created_round"]] = ["rewritten", 1]
+    capped = [t.task_id for t in round_batch(pool, env, 0, 2, replay_accepted=True)]
+    assert capped == [ids[i] for i in outside[:4]]
+
+
 def test_progress_prints_plain_lines_where_output_is_not_a_terminal(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -345,6 +345,12 @@ class AdaptationConfig(_Strict):
     compare acc(q') under the updated policy with acc(q) from this round (reference code)."""
     max_rewrites: int | None = Field(None, ge=1)
     """Rewrite at most this many tasks per round (lowest task ids first); None = all triggered."""
+    replay_accepted: bool = True
+    """With environment.tasks_per_round (each round plays a batch of the pool), play the rewrites
+    accepted in a round in the next one, ahead of that round's own batch, which keeps its size.
+    False: an accepted rewrite waits until a pass over the pool reaches its place (with 64 of
+    1024 tasks a round, 16 rounds later), so adaptation changes nothing a short run plays. A run
+    that plays the whole pool every round plays every rewrite next round either way."""
 
 
 class EvalConfig(_Strict):

@@ -86,10 +86,25 @@ def batch_positions(size: int, per_round: int | None, seed: int, round_idx: int)
 
 
 def round_batch(
-    pool: pd.DataFrame, env: EnvironmentConfig, seed: int, round_idx: int
+    pool: pd.DataFrame,
+    env: EnvironmentConfig,
+    seed: int,
+    round_idx: int,
+    replay_accepted: bool = False,
 ) -> list[TaskRef]:
-    """The tasks of the pool that round `round_idx` plays (`environment.tasks_per_round`)."""
+    """The tasks of the pool that round `round_idx` plays (`environment.tasks_per_round`).
+
+    With `replay_accepted` (`adaptation.replay_accepted`), the rewrites accepted in the round
+    before (rows with origin "rewritten" created in round `round_idx` − 1) are played first, up to
+    `tasks_per_round` in pool order, and the round's own batch (`batch_positions`) fills the rest
+    of its places in pool order; the tasks of it that do not fit wait for a later pass. The batch
+    keeps its size, so every row plays as many episodes a round."""
     positions = batch_positions(len(pool), env.tasks_per_round, seed, round_idx)
+    if replay_accepted and env.tasks_per_round is not None and round_idx > 0:
+        fresh = (pool["origin"] == "rewritten") & (pool["created_round"] == round_idx - 1)
+        accepted = [int(i) for i in np.flatnonzero(fresh.to_numpy())][: env.tasks_per_round]
+        rest = [i for i in positions if i not in set(accepted)]
+        positions = sorted(accepted + rest[: env.tasks_per_round - len(accepted)])
     return task_refs(pool.iloc[positions], env.env)
 
 
