@@ -72,7 +72,7 @@ bench: setup
 
 # The paper's ablation at CPU scale (7 rows x 3 seeds: Table 1's five, Step-only, Anchor-state); see README "Ablation".
 ablation: setup
-	$(BIN)/rlanything ablate --config configs/ablation-household.yaml --seeds 3 --out runs/ablation
+	$(BIN)/rlanything ablate --config configs/ablation-household.yaml --seeds 3 --workers 2 --out runs/ablation
 
 lint: setup
 	$(BIN)/ruff check .
