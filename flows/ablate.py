@@ -135,7 +135,12 @@ def rlanything_ablate(
             futures = [
                 runner.submit(
                     train_cell,
-                    {"config": c.config, "run_dir": str(c.run.root), "threads": threads},
+                    {
+                        "config": c.config,
+                        "run_dir": str(c.run.root),
+                        "threads": threads,
+                        "row": c.row.slug,
+                    },
                 )
                 for c in pending
             ]
@@ -209,14 +214,19 @@ def _row_config(config: RunConfig, row: Row, seed: int) -> RunConfig:
 
 
 @task(name="train-cell")
-def train_cell(config: RunConfig, run_dir: str, threads: int) -> None:
-    """Train one (row, seed) in a worker process with `threads` torch threads."""
+def train_cell(config: RunConfig, run_dir: str, threads: int, row: str) -> None:
+    """Train one (row, seed) in a worker process with `threads` torch threads, then evaluate it
+    there (its held-out evaluation after the last round), so that the runs' evaluations also run
+    side by side rather than one after another in the parent."""
     # Imported here: the process pool pickles this function by value, and a flow pickled with it
     # would lose its module's names (the parameter types Prefect validates against).
+    from flows.ablate import ROWS, Cell, _evaluated
     from flows.train import rlanything_train as train
 
     torch.set_num_threads(threads)
     train(config=config, run_dir=run_dir)
+    chosen = next(r for r in ROWS if r.slug == row)
+    _evaluated(Cell(chosen, config.seed, Path(run_dir).parent, config))
 
 
 def _evaluated(cell: Cell) -> Path:
