@@ -103,7 +103,8 @@ def round_batch(
     if replay_accepted and env.tasks_per_round is not None and round_idx > 0:
         fresh = (pool["origin"] == "rewritten") & (pool["created_round"] == round_idx - 1)
         accepted = [int(i) for i in np.flatnonzero(fresh.to_numpy())][: env.tasks_per_round]
-        rest = [i for i in positions if i not in set(accepted)]
+        taken = set(accepted)
+        rest = [i for i in positions if i not in taken]
         positions = sorted(accepted + rest[: env.tasks_per_round - len(accepted)])
     return task_refs(pool.iloc[positions], env.env)
 
