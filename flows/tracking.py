@@ -583,6 +583,7 @@ def plot_rows(curves: dict[str, list[list[dict[str, float]]]], out: Path) -> lis
     """Ablation plots: policy accuracy per round for each row, and accepted tasks per round
     (means over seeds), as PNG files in `out`."""
     paths = []
+    colours = _row_colours(curves)
     for key, title, file in (
         ("policy/accuracy", "Policy accuracy per round (training tasks)", "ablation_accuracy.png"),
         ("env/accepted_tasks_total", "Accepted tasks (cumulative)", "ablation_accepted.png"),
@@ -593,9 +594,15 @@ def plot_rows(curves: dict[str, list[list[dict[str, float]]]], out: Path) -> lis
                 [{"round": r["round"], key: r.get(key, 0.0)} for run in runs for r in run]
             )
             mean = frame.groupby("round")[key].mean()
-            ax.plot(mean.index, mean.to_numpy(), marker="o", label=name)
+            ax.plot(mean.index, mean.to_numpy(), marker="o", label=name, color=colours[name])
         paths.append(_save_rows_figure(fig, ax, "round", title, out / file))
     return paths
+
+
+def _row_colours(rows: dict[str, Any]) -> dict[str, str]:
+    """Each row's colour, from matplotlib's cycle in the rows' order: the same in every ablation
+    plot, also in one that leaves a row out (the RM plots have no Outcome-only)."""
+    return {name: f"C{i % 10}" for i, name in enumerate(rows)}
 
 
 def _save_rows_figure(fig: Any, ax: Any, xlabel: str, title: str, path: Path) -> Path:
@@ -615,6 +622,7 @@ def plot_heldout(curves: dict[str, list[dict[str, Any]]], out: Path) -> list[Pat
     policy accuracy and the RM's balanced process accuracy per rounds completed, all seeds
     pooled, with their 95 % intervals as bands. None without a curve."""
     paths = []
+    colours = _row_colours(curves)
     for key, title, file in (
         ("eval/id/policy_accuracy", "Held-out policy accuracy (in-domain)", "ablation_heldout.png"),
         (
@@ -633,7 +641,7 @@ def plot_heldout(curves: dict[str, list[dict[str, Any]]], out: Path) -> list[Pat
         fig, ax = plt.subplots(figsize=(5.5, 3.5))
         for name, points in rows.items():
             step, value, low, high = np.array(points, dtype=float).T
-            (line,) = ax.plot(step, value, marker="o", label=name)
-            ax.fill_between(step, low, high, color=line.get_color(), alpha=0.15)
+            ax.plot(step, value, marker="o", label=name, color=colours[name])
+            ax.fill_between(step, low, high, color=colours[name], alpha=0.15)
         paths.append(_save_rows_figure(fig, ax, "rounds done", title, out / file))
     return paths

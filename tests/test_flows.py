@@ -517,6 +517,41 @@ def test_learning_curve_evaluates_every_round_once(tmp_path: Path) -> None:
 SLUG_NAMES = {"outcome-only": "Outcome-only", "policy": "Policy"}
 
 
+def test_an_ablation_row_has_one_colour_in_every_plot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The RM plots leave Outcome-only out; Policy keeps the colour it has where Outcome-only is
+    drawn (the held-out and per-round plots)."""
+    import matplotlib.pyplot as plt
+
+    from flows import tracking
+
+    drawn: dict[str, dict[str, str]] = {}
+
+    def capture(fig: Any, ax: Any, xlabel: str, title: str, path: Path) -> Path:
+        drawn[path.name] = {line.get_label(): line.get_color() for line in ax.get_lines()}
+        plt.close(fig)
+        return path
+
+    monkeypatch.setattr(tracking, "_save_rows_figure", capture)
+    accuracy = {"eval/id/policy_accuracy": [0.2, 0.1, 0.3]}
+    judged = accuracy | {"eval/id/rm_process_balanced_accuracy": [0.7, 0.6, 0.8]}
+    rows = {"Outcome-only": accuracy, "Policy": judged, "+Reward": judged}
+    tracking.plot_heldout(
+        {n: [{"step": 0} | p, {"step": 2} | p] for n, p in rows.items()}, tmp_path
+    )
+    round_0 = {"round": 0, "policy/accuracy": 0.1, "env/accepted_tasks_total": 0.0}
+    tracking.plot_rows({name: [[round_0]] for name in rows}, tmp_path)
+    assert set(drawn) == {
+        "ablation_heldout.png", "ablation_rm_process.png", "ablation_accuracy.png",
+        "ablation_accepted.png",
+    }  # fmt: skip
+    assert list(drawn["ablation_rm_process.png"]) == ["Policy", "+Reward"]
+    for name in rows:
+        assert len({plot[name] for plot in drawn.values() if name in plot}) == 1, (name, drawn)
+    assert len({drawn["ablation_heldout.png"][name] for name in rows}) == 3
+
+
 def test_ablate_one_seed_one_round(tmp_path: Path) -> None:
     data = tiny(rounds=1, rollouts_per_task=2).model_dump()
     data["evaluation"] = {"num_tasks": 1, "rollouts_per_task": 2, "seed": 7, "every": 1}
