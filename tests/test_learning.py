@@ -293,6 +293,22 @@ class _Expert:
         return ""
 
 
+def _expert_rollout(
+    spec: object, env: object, action_format: ActionFormat
+) -> list[dict[str, object]]:
+    """One episode of the household expert on `spec`, answering in `action_format`."""
+    return play(
+        _Expert(spec, action_format),  # type: ignore[arg-type]
+        env,  # type: ignore[arg-type]
+        [TaskRef("demo-000", 1, spec)],  # type: ignore[arg-type]
+        rollouts_per_task=1,
+        round_idx=0,
+        base_seed=0,
+        checkpoint="expert",
+        sampling=Sampling(1.0, 8, 1),
+    )
+
+
 @pytest.mark.parametrize(
     ("history_steps", "action_format"), [(0, "number"), (2, "number"), (0, "text")]
 )
@@ -317,16 +333,7 @@ def test_the_reward_model_warm_start_shows_the_prompts_it_judges_at_run_time(
         explain=False,
         action_format=action_format,
     )
-    rows = play(
-        _Expert(spec, action_format),  # type: ignore[arg-type]
-        env,
-        [TaskRef("demo-000", 1, spec)],
-        rollouts_per_task=1,
-        round_idx=0,
-        base_seed=0,
-        checkpoint="expert",
-        sampling=Sampling(1.0, 8, 1),
-    )
+    rows = _expert_rollout(spec, env, action_format)
     assert all(rows[i]["action_valid"] for i in range(len(rows)))  # the box was understood
     assert rows[-1]["outcome"] == 1
     at_run_time = judge_prompts(pd.DataFrame(rows), env)
@@ -348,16 +355,7 @@ def test_chosen_verdicts_are_drawn_by_the_reward_models_probability_of_writing_t
 
     spec = household.generate_specs("id", 1, seed=4)[0]
     env = make_environment("household", {"action_format": "text"}, "id")[0]
-    rows = play(
-        _Expert(spec, "text"),  # type: ignore[arg-type]
-        env,
-        [TaskRef("demo-000", 1, spec)],
-        rollouts_per_task=1,
-        round_idx=0,
-        base_seed=0,
-        checkpoint="expert",
-        sampling=Sampling(1.0, 8, 1),
-    )
+    rows = _expert_rollout(spec, env, "text")
     rollouts = pd.DataFrame(rows[:1])
     model, tok = load_model("tiny", device="cpu")
     verdicts = ["\\boxed{+1}", "\\boxed{-1}"]
