@@ -46,7 +46,9 @@ from flows.tracking import plot_heldout, plot_rows
 from flows.train import rlanything_train
 from rlanything_core.base.atomic import atomic_path
 from rlanything_core.base.schemas import read_dataset
-from rlanything_core.method.stats import CI_SUFFIXES
+from rlanything_core.method.rloop import episodes
+from rlanything_core.method.signals import task_key
+from rlanything_core.method.stats import CI_SUFFIXES, paired_difference
 from rlanything_core.run.config import Mode, RunConfig
 from rlanything_core.run.rundir import WARM_START, RunDir, write_json
 from tasks.common import run_stage
@@ -85,6 +87,22 @@ COLUMNS = (
     ("eval/id/rm_outcome_majority_baseline", "RM outcome majority baseline"),
     ("accepted_tasks", "Accepted tasks"),
 )
+PAIRED = (
+    ("Outcome-only", "Before"),
+    ("Policy", "Before"),
+    ("+Reward", "Before"),
+    ("+Reward+Env", "Before"),
+    ("Step-only", "Before"),
+    ("Anchor-state", "Before"),
+    ("Policy", "Outcome-only"),
+    ("+Reward", "Policy"),
+    ("+Reward+Env", "+Reward"),
+    ("Step-only", "Outcome-only"),
+    ("Anchor-state", "+Reward"),
+)
+"""Paired comparisons on the held-out tasks (`paired_differences`): every trained row against
+Before; the paper's ordering, each RLAnything row against the one above it; its second claim,
+the trained RM's step signal against the outcome alone; anchor-state against step-index groups."""
 # One cell's eval datasets per split: (rollouts, judgments or None).
 Datasets = dict[str, tuple[pd.DataFrame, pd.DataFrame | None]]
 
@@ -115,9 +133,11 @@ def rlanything_ablate(
     heldout: dict[str, dict[int, dict[int, Datasets]]] = {}  # row -> step -> seed -> datasets
     once: set[tuple[str, int]] = set()  # (row, step) that is one measurement for every seed
     # Before evaluates the same warm-started models with the same evaluation seeds at every
-    # seed: one evaluation is the whole measurement, shown without a spread.
+    # seed: one evaluation is the whole measurement, shown without a spread. It plays as many
+    # episodes per task as the trained rows pool over their seeds, so that its interval is not
+    # wider for want of episodes alone.
     cells = [
-        Cell(row, seed, out / row.slug / f"seed_{seed}", _row_config(config, row, seed))
+        Cell(row, seed, out / row.slug / f"seed_{seed}", _row_config(config, row, seed, seeds))
         for row in chosen
         for seed in range(config.seed, config.seed + (seeds if row.mode is not None else 1))
     ]
@@ -126,9 +146,10 @@ def rlanything_ablate(
         if cell.row.mode is None:
             _evaluated(cell)
     pending = [c for c in cells if c.row.mode is not None and len(_rounds(c.run)) < config.rounds]
-    for cell in pending:
-        if (before / "eval.json").is_file():
-            share_start(before, cell.run, cell.config)
+    if (before / "eval.json").is_file():
+        for cell in cells:
+            if cell.row.mode is not None:
+                share_start(before, cell.run, cell.config)
     if workers > 1 and len(pending) > 1:
         threads = max(1, (os.cpu_count() or 1) // workers)
         with ProcessPoolTaskRunner(max_workers=workers) as runner:
@@ -181,11 +202,12 @@ def rlanything_ablate(
         for name, by_seed in datasets.items()
     }
     per_step = pooled_curves(heldout, once, seeds, config.reward_model.votes)
+    paired = paired_differences(datasets)
     write_json(out / "ablation.json", {"seeds": seeds, "rounds": config.rounds, "rows": summary,
-                                       "pooled": pooled, "per_seed": results,
+                                       "pooled": pooled, "paired": paired, "per_seed": results,
                                        "curves": per_step})  # fmt: skip
     with atomic_path(out / "ablation.md") as tmp:
-        tmp.write_text(_markdown(summary, pooled, seeds, config.rounds))
+        tmp.write_text(_markdown(summary, pooled, seeds, config.rounds) + _paired_table(paired))
     plot_rows(curves, out)
     plot_heldout(per_step, out)
     return summary
@@ -205,10 +227,15 @@ class Cell:
         return RunDir(self.root / "run")
 
 
-def _row_config(config: RunConfig, row: Row, seed: int) -> RunConfig:
+def _row_config(config: RunConfig, row: Row, seed: int, seeds: int) -> RunConfig:
+    """The row's run config for one seed; Before's evaluation plays `seeds` times the
+    configured episodes per task (the trained rows' pooled count)."""
+    evaluation = config.evaluation.model_dump()
+    if row.mode is None:
+        evaluation["rollouts_per_task"] *= seeds
     return RunConfig.model_validate(
         config.model_dump()
-        | {"mode": row.mode or "policy", "seed": seed}
+        | {"mode": row.mode or "policy", "seed": seed, "evaluation": evaluation}
         | {"advantage": config.advantage.model_dump() | dict(row.advantage)}
     )
 
@@ -242,6 +269,10 @@ def _evaluated(cell: Cell) -> Path:
     ):
         return last
     evaluated = cell.root / "eval"
+    if (evaluated / "eval.json").is_file() and not _current(evaluated, config):
+        stale = evaluated.with_name("eval.stale")  # kept, not deleted: one older evaluation
+        shutil.rmtree(stale, ignore_errors=True)
+        evaluated.rename(stale)
     if not (evaluated / "eval.json").is_file():
         after = 0 if mode is None else config.rounds
         rlanything_eval(
@@ -253,6 +284,17 @@ def _evaluated(cell: Cell) -> Path:
             out_dir=str(evaluated),
         )
     return evaluated
+
+
+def _current(evaluated: Path, config: RunConfig) -> bool:
+    """Whether a stored evaluation played the episodes the config asks for on every split
+    (an older ablation's Before played fewer)."""
+    stored = json.loads((evaluated / "eval.json").read_text())
+    ev = config.evaluation
+    return all(
+        stored.get(f"eval/{split}/episodes") == ev.num_tasks * ev.rollouts_per_task
+        for split in SPLITS
+    )
 
 
 def warm_started(config: RunConfig, run: RunDir) -> RunConfig:
@@ -288,10 +330,9 @@ def share_start(before: Path, run: RunDir, config: RunConfig) -> None:
     """Give a row's learning curve Before's evaluation as its first point (eval/step_000/):
     the same warm-started models, evaluated with the same `evaluation.seed` in every row and
     seed, so each row would only repeat it. Copies the curve's splits (and the RM's judgments
-    where the row uses an RM); nothing when step 0 exists already."""
+    where the row uses an RM); nothing when step 0 is the run's own evaluation or already this
+    copy of Before's (a copy of an older Before evaluation is replaced)."""
     start = run.root / "eval" / "step_000"
-    if start.exists():
-        return
     stored = json.loads((before / "eval.json").read_text())
     prefixes = tuple(f"eval/{split}/" for split in config.evaluation.curve_splits)
     rm = tuple(f"{prefix}rm_" for prefix in prefixes)
@@ -300,6 +341,11 @@ def share_start(before: Path, run: RunDir, config: RunConfig) -> None:
         for key, value in stored.items()
         if key.startswith(prefixes) and (config.uses_reward_model or not key.startswith(rm))
     }
+    if (start / "eval.json").is_file():
+        copied = json.loads((start / "eval.json").read_text())
+        episodes = [f"eval/{split}/episodes" for split in config.evaluation.curve_splits]
+        if "shared_from" not in copied or all(copied[k] == kept[k] for k in episodes):
+            return
     tmp = start.with_name(".step_000.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -310,7 +356,14 @@ def share_start(before: Path, run: RunDir, config: RunConfig) -> None:
         for name in names:
             shutil.copyfile(before / name, tmp / name)
     (tmp / "eval.json").write_text(json.dumps(kept | {"shared_from": str(before)}, indent=1))
-    tmp.rename(start)
+    if start.exists():  # an older Before's copy: swapped out, then removed
+        old = start.with_name(".step_000.old")
+        shutil.rmtree(old, ignore_errors=True)
+        start.rename(old)
+        tmp.rename(start)
+        shutil.rmtree(old)
+    else:
+        tmp.rename(start)
 
 
 def curve_datasets(config: RunConfig, run: RunDir) -> dict[int, Datasets]:
@@ -389,6 +442,61 @@ def pooled_curves(
     }
 
 
+def paired_differences(datasets: dict[str, dict[int, Datasets]]) -> dict[str, dict[str, Any]]:
+    """Per `PAIRED` comparison of two rows present, "A − B": per split, the paired difference
+    of their held-out accuracies over the tasks both played, [D, low, high]
+    (`stats.paired_difference`; a task's accuracy pools every seed's episodes of it), and the
+    number of tasks."""
+    found: dict[str, dict[str, Any]] = {}
+    for a, b in PAIRED:
+        if a not in datasets or b not in datasets:
+            continue
+        compared: dict[str, Any] = {}
+        for split in SPLITS:
+            if not all(split in cell for row in (a, b) for cell in datasets[row].values()):
+                continue
+            acc_a, acc_b = (_task_accuracy(datasets[row], split) for row in (a, b))
+            both = acc_a.index.intersection(acc_b.index)
+            estimate = paired_difference(acc_a[both].to_numpy(), acc_b[both].to_numpy())
+            compared[f"eval/{split}/policy_accuracy"] = list(estimate)
+            compared[f"eval/{split}/tasks"] = len(both)
+        found[f"{a} − {b}"] = compared
+    return found
+
+
+def _task_accuracy(by_seed: dict[int, Datasets], split: str) -> pd.Series:
+    """Per task ("task_id@version"): the share of every seed's episodes of it that succeeded."""
+    played = pd.concat([episodes(cell[split][0]) for cell in by_seed.values()], ignore_index=True)
+    return (played["outcome"] > 0).groupby(task_key(played)).mean()
+
+
+def _paired_table(paired: dict[str, dict[str, Any]]) -> str:
+    if not paired:
+        return ""
+    lines = [
+        "",
+        "Paired differences on the same held-out tasks, in points: each task's accuracy over "
+        "all of a row's episodes of it (every seed's), the difference averaged over tasks, its "
+        "95 % interval with tasks as units (a paired test: it excludes 0 when one row beats the "
+        "other on these tasks).",
+        "",
+        "| Comparison | " + " | ".join(f"{s.upper()} (tasks)" for s in SPLITS) + " |",
+        "|---|" + "---|" * len(SPLITS),
+    ]
+    for name, compared in paired.items():
+        cells = []
+        for split in SPLITS:
+            key = f"eval/{split}/policy_accuracy"
+            if key not in compared:
+                cells.append("–")
+                continue
+            value, low, high = (100 * v for v in compared[key])
+            interval = "n/a" if np.isnan(low) else f"{low:+.1f}, {high:+.1f}"
+            cells.append(f"{value:+.1f} [{interval}] ({compared[f'eval/{split}/tasks']})")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def _shared(run: RunDir) -> bool:
     """Whether the run's step-0 evaluation is Before's, copied by `share_start`."""
     stored = json.loads((run.root / "eval" / "step_000" / "eval.json").read_text())
@@ -420,9 +528,13 @@ def _markdown(
     rounds: int,
 ) -> str:
     """Table 1's columns, then pass@k on the same held-out sets, in %."""
+    # the k every row has: Before, playing more episodes per task, has more
     ks = sorted(
-        {int(key.rsplit("_", 1)[1]) for row in summary.values() for key in row if "pass_at_" in key}
-    )
+        set.intersection(
+            *({int(key.rsplit("_", 1)[1]) for key in row if "pass_at_" in key}
+              for row in summary.values())
+        )
+    )  # fmt: skip
     passes = [
         (f"eval/{split}/pass_at_{k}", f"{split.upper()} pass@{k}") for split in SPLITS for k in ks
     ]
@@ -431,8 +543,9 @@ def _markdown(
         f"{spread} {seeds} seed(s), {rounds} round(s) per run; accuracies in %; [low, high]: "
         "95 % interval of all seeds' held-out episodes pooled, clustered by (task, seed) "
         "(n/a: a single cluster). RM columns: balanced accuracy (mean recall of both classes). "
-        "Before is one evaluation: every seed would evaluate the same warm-started models with "
-        "the same evaluation seeds.",
+        "Before is one evaluation (every seed would evaluate the same warm-started models with "
+        "the same evaluation seeds) playing as many episodes per task as a trained row pools "
+        "over its seeds; its interval is clustered by task.",
         "",
     ]
     lines += _table(summary, pooled, seeds, COLUMNS)

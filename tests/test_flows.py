@@ -24,7 +24,7 @@ from safetensors.torch import load_file
 import tasks.playing
 import tasks.stages
 import tasks.updates
-from flows.ablate import rlanything_ablate
+from flows.ablate import ROWS, _current, _row_config, rlanything_ablate, share_start
 from flows.evaluate import rlanything_eval
 from flows.train import rlanything_train
 from rlanything_core.base.schemas import SCHEMAS, read_dataset
@@ -552,6 +552,44 @@ def test_an_ablation_row_has_one_colour_in_every_plot(
     assert len({drawn["ablation_heldout.png"][name] for name in rows}) == 3
 
 
+def test_before_plays_the_episodes_the_trained_rows_pool(tmp_path: Path) -> None:
+    """Before's evaluation plays seeds × the configured episodes per task; a stored one of
+    fewer is not current, and the trained runs' copies of it (their curves' first point) are
+    replaced, while a run's own step-0 evaluation is left alone."""
+    data = tiny(rounds=1).model_dump()
+    data["evaluation"] = {"num_tasks": 3, "rollouts_per_task": 2, "curve_splits": ["id"]}
+    config = RunConfig.model_validate(data)
+    before_row, policy_row = ROWS[0], ROWS[2]
+    assert _row_config(config, before_row, 0, 3).evaluation.rollouts_per_task == 6
+    assert _row_config(config, policy_row, 1, 3).evaluation.rollouts_per_task == 2
+    before = tmp_path / "before" / "eval"
+    before.mkdir(parents=True)
+
+    def evaluated(episodes: int, marker: str) -> None:
+        metrics = {f"eval/{s}/episodes": float(episodes) for s in ("id", "ood")}
+        (before / "eval.json").write_text(json.dumps(metrics | {"eval/id/tasks": 3.0}))
+        (before / "id_rollouts.parquet").write_text(marker)
+
+    evaluated(6, "older")
+    assert _current(before, config)  # 3 tasks × 2
+    assert not _current(before, _row_config(config, before_row, 0, 3))
+    run, own = RunDir(tmp_path / "run"), RunDir(tmp_path / "own")
+    (own.root / "eval" / "step_000").mkdir(parents=True)
+    (own.root / "eval" / "step_000" / "eval.json").write_text('{"eval/id/episodes": 6.0}')
+    for target in (run, own):
+        share_start(before, target, config)
+    start = run.root / "eval" / "step_000"
+    assert (start / "id_rollouts.parquet").read_text() == "older"
+    evaluated(18, "newer")
+    for target in (run, own):
+        share_start(before, target, config)
+    copied = json.loads((start / "eval.json").read_text())
+    assert copied["eval/id/episodes"] == 18.0 and copied["shared_from"] == str(before)
+    assert (start / "id_rollouts.parquet").read_text() == "newer"
+    assert sorted(p.name for p in start.parent.iterdir()) == ["step_000"]
+    assert (own.root / "eval" / "step_000" / "eval.json").read_text() == '{"eval/id/episodes": 6.0}'
+
+
 def test_ablate_one_seed_one_round(tmp_path: Path) -> None:
     data = tiny(rounds=1, rollouts_per_task=2).model_dump()
     data["evaluation"] = {"num_tasks": 1, "rollouts_per_task": 2, "seed": 7, "every": 1}
@@ -602,7 +640,15 @@ def test_ablate_one_seed_one_round(tmp_path: Path) -> None:
         "| RM outcome majority baseline | Accepted tasks |"
     ) in table
     assert "| Row | ID pass@1 | ID pass@2 | OOD pass@1 | OOD pass@2 |" in table
-    assert table.count("\n| ") == 16  # two tables: a header and seven rows each
+    # two tables of a header and seven rows, then the paired comparisons: a header and eleven
+    assert table.count("\n| ") == 16 + 12
+    assert "| Comparison | ID (tasks) | OOD (tasks) |" in table
+    assert (
+        json.loads((out / "ablation.json").read_text())["paired"]["+Reward − Policy"][
+            "eval/id/tasks"
+        ]
+        == 1
+    )
     stored = json.loads((out / "ablation.json").read_text())
     assert stored["per_seed"]["Policy"][0]["eval/id/policy_accuracy"] == pytest.approx(
         summary["Policy"]["eval/id/policy_accuracy"][0]

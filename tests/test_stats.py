@@ -9,7 +9,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from flows.ablate import ROWS, _markdown, _metrics, _summarize, pooled_curves, pooled_intervals
+from flows.ablate import (
+    ROWS,
+    _markdown,
+    _metrics,
+    _paired_table,
+    _summarize,
+    paired_differences,
+    pooled_curves,
+    pooled_intervals,
+)
 from flows.evaluate import SPLITS
 from rlanything_core.method.stats import (
     Z,
@@ -17,6 +26,7 @@ from rlanything_core.method.stats import (
     as_metrics,
     balanced_accuracy,
     majority_baseline,
+    paired_difference,
     ratio,
 )
 
@@ -163,3 +173,38 @@ def test_a_step_shared_by_every_seed_is_pooled_once() -> None:
     assert curves[0]["eval/id/policy_accuracy"] == pytest.approx(alone)
     half = 1.96 * math.sqrt(1 / 24)  # as in test_ablation_pools_seeds_as_separate_clusters
     assert curves[1]["eval/id/policy_accuracy"] == pytest.approx([0.5, 0.5 - half, 0.5 + half])
+
+
+def test_paired_difference_by_hand() -> None:
+    # a = (1, 0.5, 0.5, 1), b = (0.5, 0.5, 0, 0.5) → d = (0.5, 0, 0.5, 0.5), D = 0.375;
+    # d − D = (0.125, −0.375, 0.125, 0.125) → Σ² = 0.1875; V = 4/3 · 0.1875/16 = 1/64,
+    # half = 1.96/8 = 0.245 → [0.13, 0.62]. Not clipped: the same with the rows swapped is negative.
+    got = paired_difference([1, 0.5, 0.5, 1], [0.5, 0.5, 0, 0.5])
+    assert got == pytest.approx((0.375, 0.13, 0.62))
+    assert paired_difference([0.5, 0.5, 0, 0.5], [1, 0.5, 0.5, 1]) == pytest.approx(
+        (-0.375, -0.62, -0.13)
+    )
+    one = paired_difference([1.0], [0.0])
+    assert one.value == 1.0 and math.isnan(one.low) and math.isnan(one.high)
+    assert all(math.isnan(v) for v in paired_difference([], []))
+
+
+def test_ablation_pairs_rows_by_task_over_every_seed() -> None:
+    """A task's accuracy pools every seed's episodes of it; rows are paired on the tasks."""
+    # Policy seeds 0, 1 on a, b: a 1/2 + 2/2 → 3/4, b 0/2 + 1/2 → 1/4; Before: a 1/2, b 0/2.
+    # d = (1/4, 1/4) → D = 0.25, V = 0 (the same gain on both tasks): [0.25, 0.25].
+    policy = {
+        0: _episodes({"a": [1, -1], "b": [-1, -1]}),
+        1: _episodes({"a": [1, 1], "b": [1, -1]}),
+    }
+    before = {0: _episodes({"a": [1, -1], "b": [-1, -1]})}
+    datasets = {
+        name: {seed: {split: (r, None) for split in SPLITS} for seed, r in by_seed.items()}
+        for name, by_seed in (("Before", before), ("Policy", policy))
+    }
+    paired = paired_differences(datasets)
+    assert list(paired) == ["Policy − Before"]  # the other rows are absent
+    assert paired["Policy − Before"]["eval/id/policy_accuracy"] == pytest.approx([0.25] * 3)
+    assert paired["Policy − Before"]["eval/ood/tasks"] == 2
+    table = _paired_table(paired)
+    assert "| Policy − Before | +25.0 [+25.0, +25.0] (2) | +25.0 [+25.0, +25.0] (2) |" in table

@@ -26,6 +26,12 @@ Balanced accuracy ½(R₁ + R₀), R₁ and R₀ the recalls on the positive and
 linearized the same way: z_g = ½[(A1_g − R₁·B1_g)/Σ B1 + (A0_g − R₀·B0_g)/Σ B0] and
 V = G/(G − 1) · Σ_g z_g².
 
+Two rows on the same held-out tasks are compared by the paired difference D = (1/G) Σ_t
+(a_t − b_t), a_t and b_t each row's accuracy on task t (all its episodes of t, every seed's):
+the tasks are the units, so what both rows share through a task's difficulty cancels, and
+V = G/(G − 1) · Σ_t ((d_t − D)/G)² = s_d²/G, the paired test's variance (`paired_difference`).
+A difference lies in [−1, 1] and is not clipped.
+
 Limits, said plainly:
 - With one cluster the variance cannot be estimated: the interval is (nan, nan), printed "n/a".
 - When every cluster has the same accuracy (e.g. every episode fails) V = 0 and the interval
@@ -113,6 +119,21 @@ def as_metrics(name: str, estimate: Estimate) -> dict[str, float]:
     """`name`, `name_ci_low` and `name_ci_high`."""
     low, high = (f"{name}{suffix}" for suffix in CI_SUFFIXES)
     return {name: estimate.value, low: estimate.low, high: estimate.high}
+
+
+def paired_difference(a: npt.ArrayLike, b: npt.ArrayLike) -> Estimate:
+    """D = mean over tasks of a_t − b_t (two rows' per-task accuracies on the same G tasks, in
+    the same order) with its 95 % interval D ± z·√(G/(G − 1) · Σ_t ((d_t − D)/G)²), tasks as
+    units (module docstring); nan without tasks, the interval nan with fewer than two."""
+    d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+    g = len(d)
+    if g == 0:
+        return Estimate(math.nan, math.nan, math.nan)
+    value = float(d.mean())
+    if g < 2:
+        return Estimate(value, math.nan, math.nan)
+    half = Z * math.sqrt(g / (g - 1) * float(np.sum(((d - value) / g) ** 2)))
+    return Estimate(value, value - half, value + half)
 
 
 def _codes(clusters: npt.ArrayLike) -> tuple[npt.NDArray[np.intp], int]:
