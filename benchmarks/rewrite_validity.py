@@ -11,8 +11,9 @@ critiques and then rewrites `--tasks` tasks of the config's initial pool, each o
 if solved in 7/8 of its attempts) and once "easier" (1/8), with the round's own prompts and
 sampling settings. A critique at run time summarizes the reward model's verdicts on the task's
 steps; here there are none, so the critique prompt carries only the task and its accuracy.
-`--critique demo` skips the critique and gives every rewrite prompt the critique the warm start's
-demonstrations carry: the rewrite step alone, on the prompts it was trained on.
+`--critique demo` skips the critique and gives every rewrite prompt the critique a warm-start
+demonstration with that accuracy and no reviewer quotes carries (`demo_critique`): the rewrite
+step alone, on prompts like those it was trained on.
 
 Every proposal is parsed as a round parses it (the last JSON object merged onto the task's
 spec, then the environment's validation, which for household includes solvability within the
@@ -33,7 +34,7 @@ import pandas as pd
 from common import git_commit, machine, save
 
 from rlanything_core.base.schemas import rows_frame
-from rlanything_core.envs.demos import DEMO_CRITIQUE
+from rlanything_core.envs.demos import demo_critique
 from rlanything_core.envs.interface import TaskRef, TaskSpec
 from rlanything_core.method.stats import accuracy, as_metrics
 from rlanything_core.models.engines import open_engine
@@ -53,8 +54,11 @@ def env_model_source(config: RunConfig, work: Path) -> str:
     em, ws = config.env_model, config.env_model.warm_start
     if not ws.enabled:
         return em.model.source
-    demos = warm_start_demos(config, "env_model", ws)
     out = work / "env_model_warm_start"
+    if any(out.glob("*.safetensors")):  # warm-started by an earlier call with this --work
+        print(f"warm start: reusing {out}")
+        return str(out)
+    demos = warm_start_demos(config, "env_model", ws)
     started = time.monotonic()
     sft_finetune(
         em.model.source,
@@ -98,7 +102,9 @@ def proposals(config: RunConfig, source: str, specs: list[TaskSpec], critique: s
         round_idx=0,
         base_seed=config.seed,
         checkpoint=source,
-        critiques=[DEMO_CRITIQUE] * len(triggered) if critique == "demo" else None,
+        critiques=[demo_critique(acc, ()) for _, acc, _ in triggered]
+        if critique == "demo"
+        else None,
     )
     return pd.DataFrame(rows)
 
@@ -138,13 +144,19 @@ def main() -> None:
         help="model: the environment model writes each critique (as in a round); demo: every "
         "prompt carries the warm-start demonstrations' critique",
     )
+    parser.add_argument(
+        "--work",
+        help="keep the warm-started environment model in this directory and reuse it when it is "
+        "there (another --critique on the same model); default: a temporary directory",
+    )
     args = parser.parse_args()
     config = load_config(args.config)
     env_config = config.environment
     specs = list(env_config.env.generate(env_config.split, args.tasks, env_config.seed))
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="rewrite-validity-") as work:
-        frame = proposals(config, env_model_source(config, Path(work)), specs, args.critique)
+    with tempfile.TemporaryDirectory(prefix="rewrite-validity-") as temporary:
+        work = Path(args.work or temporary)
+        frame = proposals(config, env_model_source(config, work), specs, args.critique)
     result = summary(frame)
     save(
         Path(args.out),

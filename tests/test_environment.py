@@ -4,6 +4,8 @@ the environment's own model; built-ins behind the interface; the core imports no
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from rlanything_core.envs.common import SpecError
+from rlanything_core.envs.demos import demo_critique
 from rlanything_core.envs.interface import (
     Environment,
     StepView,
@@ -203,3 +206,37 @@ def test_warm_start_episodes_per_task_replays_fewer_tasks_with_different_noise()
     assert len(by_episode) == 7
     first_task = [tuple(by_episode[f"demo-{n:03d}"]) for n in range(3)]
     assert len(set(first_task)) > 1  # the noise plays the same task differently
+
+
+def test_env_model_warm_start_teaches_the_critique_its_rewrites_carry() -> None:
+    """The environment model's demonstrations come in pairs, as a round asks: the critique prompt
+    a round builds (the task, its accuracy, the reviewer's verdicts) answered with a plain
+    summary of what it shows, then the rewrite prompt carrying that very critique, answered with
+    the fields that change. No critique reads like JSON (probe ev-i: JSON critiques were copied
+    into invalid rewrites)."""
+    env = make_environment("household", {"goals": ["put"]}, "id")[0]
+    request = WarmStart("env_model", 60, 0.0, 0.0, True, specs_seed=3, seed=0)
+    made = env.demonstrations(request)
+    assert len(made) % 2 == 0 and len(made) >= 80  # a few moves fail validation
+    said = set()
+    for critique, rewrite in zip(made[::2], made[1::2], strict=True):
+        assert critique.task_id == rewrite.task_id and (critique.step_idx, rewrite.step_idx) == (
+            0,
+            1,
+        )
+        asked = critique.prompt[-1]["content"]
+        accuracy = int(re.search(r"succeeded in (\d+)%", asked).group(1)) / 100
+        flagged = "No progress. \\boxed{-1}" in asked
+        quoted = asked.count("\\boxed{")
+        assert critique.answer == demo_critique(accuracy, [-1] * flagged + [1] * (quoted - flagged))
+        assert not re.search(r"[\d{}]", critique.answer)
+        assert f"Critique: {critique.answer}" in rewrite.prompt[-1]["content"]
+        assert set(json.loads(rewrite.answer)) <= set(env.rewrite_knobs)
+        said.add(critique.answer)
+    # both outcomes, with and without flagged steps, and with no quotes at all
+    assert said == {
+        f"{outcome}{steps}"
+        for outcome in ("The agent solves this task easily.", "The agent fails this task.")
+        for steps in ("", " The reviewer flags steps that make no progress.",
+                      " The reviewer approves its steps.")
+    }  # fmt: skip

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from rlanything_core.envs import demos
@@ -172,13 +173,16 @@ def test_warm_start_demonstrations_follow_the_winning_policy() -> None:
     rewrites = demos.rewrite_demonstrations(
         specs * 3,
         ENV.rewrite_knobs,
+        critique=lambda spec, accuracy, judged: ENV.critique_messages(
+            spec, accuracy, judged, pd.DataFrame(), "reward_model", len(judged)
+        ),
         rewrite=ENV.rewrite_messages,
         parse=ENV.parse_spec,
         adjust=ENV.adjust_rewrite,
         seed=0,
     )
     assert rewrites
-    for demo in rewrites:
+    for demo in rewrites[1::2]:  # each rewrite after its critique
         fields = json.loads(demo.answer)
         assert set(fields) <= {"nb_objects", "world_size", "quest_length", "max_steps"}
 

@@ -7,7 +7,10 @@ game's winning policy (nothing downloaded).
   competent demonstrator);
 - judge demonstrations: steps of such trajectories labelled by the planner's progress label, with
   a fraction `label_noise` of the labels flipped so the reward model starts imperfect;
-- rewrite demonstrations: specs with a direction, answered with the JSON fields that change.
+- critique and rewrite demonstrations: for each spec, a direction, the accuracy behind it and a
+  few reviewer verdicts on its steps; the critique prompt (as a round builds it from the reward
+  model's judgments) answered with a plain summary of what it shows (`demo_critique`), then the
+  rewrite prompt carrying that critique, answered with the JSON fields that change.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+import pandas as pd
 
 from rlanything_core.base.generation import Messages
 from rlanything_core.envs.common import SpecError
@@ -182,27 +187,69 @@ def judge_demonstrations(
         prompt = judge_messages(
             s.goal, s.history, s.observation, response, action, s.next_observation
         )
-        verdict = "Progress. \\boxed{1}" if good else "No progress. \\boxed{-1}"
-        out.append(Demo(s.task_id, s.step_idx, prompt, verdict))
+        out.append(Demo(s.task_id, s.step_idx, prompt, PROGRESS if good else NO_PROGRESS))
     return out
 
 
-DEMO_CRITIQUE = "The agent wanders before it acts."
-"""The critique every rewrite demonstration carries (at run time the environment model writes
-one from the reward model's verdicts)."""
+PROGRESS, NO_PROGRESS = "Progress. \\boxed{1}", "No progress. \\boxed{-1}"
+"""The judge demonstrations' verdicts (`reward_model.verdicts`' defaults)."""
+CRITIQUE_QUOTES = 6
+"""At most this many reviewer verdicts in a critique demonstration's prompt
+(`env_model.critique_examples`' default)."""
+
+
+def demo_critique(accuracy: float, verdicts: Sequence[int]) -> str:
+    """What a critique demonstration answers and its rewrite demonstration carries: the outcome
+    the critique prompt reports, then whether any reviewer verdict it quotes rejects a step
+    (nothing more without quotes). Plain words with no digits or braces: a critique that reads
+    like JSON is copied into the rewrite's answer (probe ev-i, benchmarks/results/
+    rewrite-validity)."""
+    outcome = (
+        "The agent solves this task easily." if accuracy >= 0.5 else "The agent fails this task."
+    )
+    if not verdicts:
+        return outcome
+    steps = (
+        "The reviewer flags steps that make no progress."
+        if any(v < 0 for v in verdicts)
+        else "The reviewer approves its steps."
+    )
+    return f"{outcome} {steps}"
+
+
+def demo_judgments(rng: random.Random, accuracy: float) -> pd.DataFrame:
+    """0 … `CRITIQUE_QUOTES` reviewer votes on a task's steps, in the columns a round's judgments
+    have, with the warm-started reward model's verdicts as reasoning: mostly approving for a task
+    the agent solves, mostly rejecting for one it fails."""
+    quotes = rng.randint(0, CRITIQUE_QUOTES)
+    approve = rng.uniform(0.5, 1.0) if accuracy >= 0.5 else rng.uniform(0.0, 0.5)
+    verdicts = [1 if rng.random() < approve else -1 for _ in range(quotes)]
+    return pd.DataFrame(
+        {
+            "rollout_idx": list(range(quotes)),
+            "step_idx": [0] * quotes,
+            "vote_idx": [0] * quotes,
+            "verdict": verdicts,
+            "reasoning": [PROGRESS if v > 0 else NO_PROGRESS for v in verdicts],
+        }
+    )
 
 
 def rewrite_demonstrations(
     specs: Sequence[Any],
     knobs: Knobs,
     *,
+    critique: Callable[[Any, float, pd.DataFrame], Messages],
     rewrite: Callable[[Any, str, float, str], Messages],
     parse: Callable[[dict[str, object]], Any],
     adjust: Callable[[Any, dict[str, int]], dict[str, int]],
     seed: int,
 ) -> list[Demo]:
-    """Rewrite prompts (`rewrite`) answered with the JSON of the changed fields: one knob moved
-    towards the direction, completed by `adjust`, kept when `parse` accepts the result."""
+    """Per spec, two demonstrations, as a round asks for them: the critique prompt (`critique`,
+    given the spec, the accuracy and reviewer votes from `demo_judgments`) answered with
+    `demo_critique`, then the rewrite prompt (`rewrite`) carrying that critique, answered with
+    the JSON of the changed fields: one knob moved towards the direction, completed by
+    `adjust`, kept (both demonstrations) when `parse` accepts the result."""
     rng = random.Random(seed)
     out = []
     for n, spec in enumerate(specs):
@@ -217,6 +264,10 @@ def rewrite_demonstrations(
         except (SpecError, ValueError):
             continue
         accuracy = rng.uniform(0.8, 1.0) if direction == "harder" else rng.uniform(0.0, 0.2)
-        prompt = rewrite(spec, direction, accuracy, DEMO_CRITIQUE)
-        out.append(Demo(f"demo-{n:03d}", 0, prompt, json.dumps(change)))
+        judged = demo_judgments(rng, accuracy)
+        said = demo_critique(accuracy, judged["verdict"].tolist())
+        out.append(Demo(f"demo-{n:03d}", 0, critique(spec, accuracy, judged), said))
+        out.append(
+            Demo(f"demo-{n:03d}", 1, rewrite(spec, direction, accuracy, said), json.dumps(change))
+        )
     return out

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import ClassVar, Literal, TypeVar
 
+import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlanything_core.base.generation import Messages
@@ -159,6 +160,9 @@ class TextEnvironment(Environment[TextOptionsT]):
         return rewrite_demonstrations(
             specs,
             self.rewrite_knobs,
+            critique=lambda spec, accuracy, judged: self.critique_messages(
+                spec, accuracy, judged, pd.DataFrame(), "reward_model", len(judged)
+            ),
             rewrite=self.rewrite_messages,
             parse=self.parse_spec,
             adjust=self.adjust_rewrite,
