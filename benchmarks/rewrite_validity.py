@@ -11,6 +11,10 @@ critiques and then rewrites `--tasks` tasks of the config's initial pool, each o
 if solved in 7/8 of its attempts) and once "easier" (1/8), with the round's own prompts and
 sampling settings. A critique at run time summarizes the reward model's verdicts on the task's
 steps; here there are none, so the critique prompt carries only the task and its accuracy.
+`--critique quotes` has the model write each critique from a prompt that quotes 0-6 reviewer
+verdicts on the task's steps, drawn as the warm start's critique demonstrations draw them
+(`demo_judgments`; one set per task, shared by both directions), in the warm-started reward
+model's words, which are a round's too with `reward_model.answers: choose`.
 `--critique demo` skips the critique and gives every rewrite prompt the critique a warm-start
 demonstration with that accuracy and no reviewer quotes carries (`demo_critique`): the rewrite
 step alone, on prompts like those it was trained on.
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import random
 import tempfile
 import time
 from collections import Counter
@@ -34,7 +39,7 @@ import pandas as pd
 from common import git_commit, machine, save
 
 from rlanything_core.base.schemas import rows_frame
-from rlanything_core.envs.demos import demo_critique
+from rlanything_core.envs.demos import demo_critique, demo_judgments
 from rlanything_core.envs.interface import TaskRef, TaskSpec
 from rlanything_core.method.stats import accuracy, as_metrics
 from rlanything_core.models.engines import open_engine
@@ -87,6 +92,18 @@ def proposals(config: RunConfig, source: str, specs: list[TaskSpec], critique: s
     rewrite, then parse): the critique written by the model, or with `critique` "demo" the warm
     start's."""
     em = config.env_model
+    judged = rows_frame([], "judgments")
+    if critique == "quotes":
+        draws = random.Random(config.seed)
+        judged = pd.concat(
+            [
+                demo_judgments(draws, draws.choice(list(DIRECTIONS.values()))).assign(
+                    task_id=f"task-{k:04d}", task_version=1
+                )
+                for k in range(len(specs))
+            ],
+            ignore_index=True,
+        )
     triggered = [
         (TaskRef(f"task-{k:04d}", 1, spec), acc, direction)
         for k, spec in enumerate(specs)
@@ -96,7 +113,7 @@ def proposals(config: RunConfig, source: str, specs: list[TaskSpec], critique: s
         config.environment.env,
         open_engine(em.model, source, "env_model", em.lora_rank),
         triggered,
-        rows_frame([], "judgments"),
+        judged,
         rows_frame([], "rollouts"),
         em=em,
         round_idx=0,
@@ -139,9 +156,10 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="JSON result path")
     parser.add_argument(
         "--critique",
-        choices=("model", "demo"),
+        choices=("model", "quotes", "demo"),
         default="model",
-        help="model: the environment model writes each critique (as in a round); demo: every "
+        help="model: the environment model writes each critique (as in a round, here with no "
+        "reviewer verdicts to quote); quotes: from prompts quoting reviewer verdicts; demo: every "
         "prompt carries the warm-start demonstrations' critique",
     )
     parser.add_argument(
