@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 
-.PHONY: setup sandbox-tools browser vllm-env run test lint format clean bench ablation
+.PHONY: setup sandbox-tools browser vllm-env run test lint format clean bench ablation ablation-textworld
 
 setup: $(STAMP) sandbox-tools browser
 
@@ -73,6 +73,9 @@ bench: setup
 # The paper's ablation at CPU scale (7 rows x 3 seeds: Table 1's five, Step-only, Anchor-state); see README "Ablation".
 ablation: setup
 	$(BIN)/rlanything ablate --config configs/ablation-household.yaml --seeds 3 --workers 2 --out runs/ablation
+
+ablation-textworld: setup
+	$(BIN)/rlanything ablate --config configs/ablation-textworld.yaml --seeds 3 --workers 2 --out runs/ablation-textworld
 
 lint: setup
 	$(BIN)/ruff check .
