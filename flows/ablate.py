@@ -343,8 +343,8 @@ def share_start(before: Path, run: RunDir, config: RunConfig) -> None:
     }
     if (start / "eval.json").is_file():
         copied = json.loads((start / "eval.json").read_text())
-        episodes = [f"eval/{split}/episodes" for split in config.evaluation.curve_splits]
-        if "shared_from" not in copied or all(copied[k] == kept[k] for k in episodes):
+        counts = [f"eval/{split}/episodes" for split in config.evaluation.curve_splits]
+        if "shared_from" not in copied or all(copied[k] == kept[k] for k in counts):
             return
     tmp = start.with_name(".step_000.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
