@@ -3,14 +3,16 @@ pairs, once, before round 0."""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 from rlanything_core.base import failpoints
 from rlanything_core.base.schemas import rows_frame, write_dataset
 from rlanything_core.models.sft import tokenize_demos
 from rlanything_core.models.training import sft_finetune
 from rlanything_core.run.config import RunConfig
-from rlanything_core.run.rundir import Inputs, RunDir
+from rlanything_core.run.rundir import Inputs, RunDir, write_json
 from rlanything_core.run.warm_start import sft_rows, warm_start_demos
 from tasks.common import progress, stage_task
 from tasks.playing import Metrics, Outputs
@@ -20,7 +22,9 @@ from tasks.playing import Metrics, Outputs
 def warm_start(config: RunConfig, run: RunDir, r: int, inputs: Inputs) -> tuple[Outputs, Metrics]:
     """Supervised fine-tuning of the policy, the reward model and the environment model on
     expert-made pairs, once, before round 0 (only those whose warm_start is enabled). It reads
-    no dataset (`inputs`): its pairs are the environment's demonstrations."""
+    no dataset (`inputs`): its pairs are the environment's demonstrations. Each finished role
+    is recorded in `warm_start/<role>.json` (written last), so that a retried stage (a crash, a
+    Prefect retry) keeps the roles it finished and their checkpoints."""
     outputs: Outputs = {}
     metrics: Metrics = {}
     roles = (
@@ -41,6 +45,14 @@ def warm_start(config: RunConfig, run: RunDir, r: int, inputs: Inputs) -> tuple[
     for role, model, ws, lora_rank in roles:
         if not ws.enabled or (role == "reward_model" and not config.uses_reward_model):
             continue
+        finished = run.root / "warm_start" / f"{role}.json"
+        if finished.is_file():  # a retried stage keeps the roles it finished
+            record = json.loads(finished.read_text())
+            if all(Path(p).exists() for p in record["outputs"].values()):
+                print(f"warm start {role}: finished before ({finished}), kept", flush=True)
+                outputs |= record["outputs"]
+                metrics |= record["metrics"]
+                continue
         demos = warm_start_demos(config, role, ws)
         out = run.warm_start_checkpoint(role)
         steps = ws.epochs * math.ceil(len(demos) / ws.micro_batch_size)
@@ -62,10 +74,15 @@ def warm_start(config: RunConfig, run: RunDir, r: int, inputs: Inputs) -> tuple[
             )
         rows = sft_rows(role, demos, pairs, seed=config.seed, checkpoint=run.label(str(out)))
         path = run.root / "warm_start" / f"{role}_sft.parquet"
-        outputs[f"{role}_sft"] = str(
-            write_dataset(rows_frame(rows, "sft_samples"), path, "sft_samples")
-        )
-        outputs[f"{role}_checkpoint"] = str(out)
-        metrics[f"{role}/warm_start_loss"] = m["sft_loss"]
-        metrics[f"{role}/warm_start_pairs"] = float(len(demos))
+        done: Outputs = {
+            f"{role}_sft": str(write_dataset(rows_frame(rows, "sft_samples"), path, "sft_samples")),
+            f"{role}_checkpoint": str(out),
+        }
+        scores: Metrics = {
+            f"{role}/warm_start_loss": m["sft_loss"],
+            f"{role}/warm_start_pairs": float(len(demos)),
+        }
+        write_json(finished, {"outputs": done, "metrics": scores})
+        outputs |= done
+        metrics |= scores
     return outputs, metrics

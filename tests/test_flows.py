@@ -388,6 +388,14 @@ def test_warm_start_fine_tunes_each_enabled_model(tmp_path: Path) -> None:
     assert run.model_before("policy", 0, "tiny:0") == str(run.warm_start_checkpoint("policy"))
     assert run.model_before("reward_model", 0, "tiny-judge:0") == "tiny-judge:0"
     assert run.finished(-1, "warm-start") is not None
+    # a retried stage keeps the roles it finished: the policy's, its checkpoint untouched
+    (run.root / "warm_start" / "env_model.json").unlink()
+    run.marker(-1, "warm-start").unlink()  # the stage stopped before its end
+    mtime = run.warm_start_checkpoint("policy").stat().st_mtime_ns
+    again = tasks.stages.warm_start.fn(config, str(run.root), -1)
+    assert again["metrics"] == record["metrics"]
+    assert run.warm_start_checkpoint("policy").stat().st_mtime_ns == mtime
+    assert (run.root / "warm_start" / "env_model.json").is_file()
 
 
 def test_eval_on_held_out_tasks(tmp_path: Path) -> None:

@@ -177,14 +177,16 @@ def test_warm_start_demonstrations_follow_the_winning_policy() -> None:
             spec, accuracy, judged, pd.DataFrame(), "reward_model", len(judged)
         ),
         rewrite=ENV.rewrite_messages,
-        parse=ENV.parse_spec,
+        parse=ENV.demo_spec,
         adjust=ENV.adjust_rewrite,
         seed=0,
     )
     assert rewrites
-    for demo in rewrites[1::2]:  # each rewrite after its critique
-        fields = json.loads(demo.answer)
+    rewritten = {d.task_id: json.loads(d.answer) for d in rewrites[1::2]}  # after each critique
+    for n, fields in rewritten.items():
         assert set(fields) <= {"nb_objects", "world_size", "quest_length", "max_steps"}
+        # checked without generating the game, yet a valid game in full
+        ENV.parse_spec({**(specs * 3)[int(n.split("-")[1])].model_dump(), **fields})
 
 
 def test_a_tiny_tokenizer_trained_on_textworld_spells_its_prompts_shorter() -> None:

@@ -130,6 +130,11 @@ class TextEnvironment(Environment[TextOptionsT]):
         """A rewrite demonstration's change, completed where the knob alone is not enough."""
         return change
 
+    def demo_spec(self, data: dict[str, object]) -> TaskSpec:
+        """Check a rewrite demonstration's spec before it is taught: the full `parse_spec` by
+        default (SpecError or ValueError drops the demonstration)."""
+        return self.parse_spec(data)
+
     def demonstrations(self, request: WarmStart) -> list[Demo]:
         specs = self.warm_start_specs(request)
         game: Callable[[TaskSpec], TextGame] = self.game
@@ -164,7 +169,7 @@ class TextEnvironment(Environment[TextOptionsT]):
                 spec, accuracy, judged, pd.DataFrame(), "reward_model", len(judged)
             ),
             rewrite=self.rewrite_messages,
-            parse=self.parse_spec,
+            parse=self.demo_spec,
             adjust=self.adjust_rewrite,
             seed=request.seed,
         )

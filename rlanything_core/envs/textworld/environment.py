@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar, cast
 
+from rlanything_core.envs.common import check_step_limit, validate_spec
 from rlanything_core.envs.demos import Knobs, TextGame
 from rlanything_core.envs.interface import Split, TaskSpec
 from rlanything_core.envs.text import TextEnvironment, TextOptions
@@ -48,11 +49,22 @@ class TextWorldEnvironment(TextEnvironment[TextOptions]):
         return TextWorldEpisode(cast(TextWorldSpec, spec))
 
     def adjust_rewrite(self, spec: TaskSpec, change: dict[str, int]) -> dict[str, int]:
-        """Another game: keep the step slack over its walkthrough."""
+        """Another game: keep the step slack over its walkthrough, taking the new quest_length as
+        the new walkthrough's length, an upper bound (TextWorld's walkthrough is the quest's
+        command chain: of 4340 cached games none was longer, 59 were shorter), so that a
+        demonstration costs no game generation (about a second each)."""
         tw = cast(TextWorldSpec, spec)
         slack = tw.max_steps - len(game_of(tw).walkthrough)
-        game = game_of(tw.model_copy(update=change))
-        return {**change, "max_steps": min(len(game.walkthrough) + slack, MAX_STEPS)}
+        length = change.get("quest_length", tw.quest_length)
+        return {**change, "max_steps": min(length + slack, MAX_STEPS)}
+
+    def demo_spec(self, data: dict[str, object]) -> TaskSpec:
+        """A rewrite demonstration's spec: its fields, and its step limit against the quest's
+        length (the walkthrough's bound), without generating its game; the rounds' rewrites are
+        still checked in full (`parse_spec` generates and plays them)."""
+        spec = validate_spec(TextWorldSpec, data, "textworld")
+        check_step_limit(spec.max_steps, spec.quest_length, f"a quest of {spec.quest_length}")
+        return spec
 
     def rewrite_fields(self, spec: TaskSpec) -> str:
         return (
