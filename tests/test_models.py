@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import random
 import warnings
 from pathlib import Path
 
@@ -104,6 +105,45 @@ def test_sampler_logprobs_match_recomputed_ones() -> None:
         n = int(mask[i].sum())
         assert n == len(g.token_ids)
         torch.testing.assert_close(logp[i, :n], torch.tensor(g.logprobs), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("lora_rank", [0, 4])
+def test_a_shared_prefix_gives_the_same_logprobs_and_gradients(lora_rank: int) -> None:
+    """`response_logprobs` computes the prefix every prompt shares once and copies its keys and
+    values to the rows (as a training step does it on the policy's prompts, which share the
+    system prompt and instructions): the log-probs and every parameter's gradient are those of
+    the whole prompts, up to rounding."""
+    torch.manual_seed(0)
+    model, tok = load_model("tiny", device="cpu", trainable=True, lora_rank=lora_rank)
+    rng = random.Random(0)
+    vocab = model.config.vocab_size
+    prefix = [rng.randrange(2, vocab) for _ in range(40)]
+    prompts = [prefix + [rng.randrange(2, vocab) for _ in range(n)] for n in (3, 11, 1, 25)]
+    responses = [[rng.randrange(2, vocab) for _ in range(n)] for n in (5, 2, 9, 1)]
+    seen: list[int] = []
+    model.model.register_forward_pre_hook(
+        lambda _m, args, kwargs: seen.append(kwargs["input_ids"].shape[1]), with_kwargs=True
+    )
+
+    def logprobs_and_grads(share: bool) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+        model.zero_grad(set_to_none=True)
+        logp, mask = response_logprobs(
+            model, prompts, responses, temperature=0.7, pad_id=tok.pad_token_id, share_prefix=share
+        )
+        (-(logp * mask * torch.arange(1.0, 5.0)[:, None]).sum()).backward()
+        grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        return logp.detach(), mask, grads
+
+    shared_logp, shared_mask, shared_grads = logprobs_and_grads(True)
+    assert seen == [40, 25 + 9]  # the prefix once, then only each row's own tokens
+    seen.clear()
+    logp, mask, grads = logprobs_and_grads(False)
+    assert seen == [65 + 9]
+    assert torch.equal(mask, shared_mask)
+    torch.testing.assert_close(shared_logp, logp, atol=1e-5, rtol=0)
+    assert len(grads) == len(shared_grads) > 0
+    for shared, whole in zip(shared_grads, grads, strict=True):
+        torch.testing.assert_close(shared, whole, atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("lora_rank", [0, 4])

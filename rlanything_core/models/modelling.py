@@ -39,7 +39,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
+from torch.nn.parallel import DistributedDataParallel
 from transformers import PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
@@ -521,31 +523,64 @@ def response_logprobs(
     *,
     temperature: float,
     pad_id: int,
+    share_prefix: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """log π(response token | prompt, earlier response tokens), temperature-scaled.
 
     Rows are laid out as [left pad][prompt][response][right pad] so that every response starts at
-    the same column and only the last R+1 positions need logits.
+    the same column and only the last R+1 positions need logits. With `share_prefix`, a prefix
+    of at least `MIN_SHARED_PREFIX` tokens that every prompt shares (a system prompt, the
+    instructions) is computed once, on one row, and its keys and values are copied to every row
+    (`_prefill`'s layout: [shared prefix][left pad][own prompt][response][right pad], positions
+    skipping the padding); gradients flow back through the copies into the one computation
+    (not under FSDP). A
+    row's log-probs and gradients are those of the whole layout up to floating-point effects of
+    the shapes (`test_a_shared_prefix_gives_the_same_logprobs_and_gradients`). The policy's
+    prompts in the household benchmark share 134 of their about 240 tokens.
 
     Returns:
         logp: (B, R) log-probs, R = longest response; mask: (B, R) 1.0 on real response tokens.
     """
     device = next(model.parameters()).device
     batch = len(prompt_ids)
-    p_width = max(len(p) for p in prompt_ids)
+    # A DDP-wrapped model: the prefix runs on the wrapped module, so that DDP sees one forward
+    # per backward; the prefix's gradients reach the same parameters before DDP reduces them.
+    inner = model.module if isinstance(model, DistributedDataParallel) else model
+    window = _sliding_window(inner)
+    longest = max(len(p) + len(r) for p, r in zip(prompt_ids, response_ids, strict=True))
+    shared = 0
+    # Not under FSDP: a rank whose rows share no prefix would run one forward fewer, and with it
+    # one round of FSDP's all-gathers fewer than the others.
+    fsdp = isinstance(model, FSDPModule)
+    if share_prefix and batch > 1 and not fsdp and not (window and longest > window):
+        shared = shared_prefix_length(prompt_ids)
+    cache = None
+    if shared >= MIN_SHARED_PREFIX:
+        head = torch.tensor([list(prompt_ids[0][:shared])], device=device)  # (1, S)
+        cache = inner(input_ids=head, use_cache=True, logits_to_keep=1).past_key_values
+        cache.reorder_cache(torch.zeros(batch, dtype=torch.long, device=device))
+    else:
+        shared = 0
+    p_width = max(len(p) for p in prompt_ids) - shared
     r_width = max(len(r) for r in response_ids)
     ids = torch.full((batch, p_width + r_width), pad_id, dtype=torch.long)  # (B, P+R)
-    attention = torch.zeros_like(ids)  # (B, P+R)
+    own = torch.zeros_like(ids)  # (B, P+R): 1 on the row's own tokens
     mask = torch.zeros((batch, r_width))  # (B, R)
     for i, (p, r) in enumerate(zip(prompt_ids, response_ids, strict=True)):
-        ids[i, p_width - len(p) : p_width] = torch.tensor(list(p))
+        ids[i, p_width - len(p) + shared : p_width] = torch.tensor(list(p[shared:]))
         ids[i, p_width : p_width + len(r)] = torch.tensor(list(r))
-        attention[i, p_width - len(p) : p_width + len(r)] = 1
+        own[i, p_width - len(p) + shared : p_width + len(r)] = 1
         mask[i, : len(r)] = 1.0
-    ids, attention, mask = ids.to(device), attention.to(device), mask.to(device)
-    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    ids, own, mask = ids.to(device), own.to(device), mask.to(device)
+    positions = shared + (own.cumsum(-1) - 1).clamp(min=0)  # (B, P+R)
+    attention = torch.cat([own.new_ones((batch, shared)), own], dim=1)  # (B, S+P+R)
     out = model(
-        input_ids=ids, attention_mask=attention, position_ids=positions, logits_to_keep=r_width + 1
+        input_ids=ids,
+        attention_mask=attention,
+        position_ids=positions,
+        past_key_values=cache,
+        use_cache=cache is not None,
+        logits_to_keep=r_width + 1,
     )
     logits = out.logits[:, :-1, :].float()  # (B, R, V): position t predicts response token t
     if temperature > 0:
