@@ -533,10 +533,10 @@ def response_logprobs(
     instructions) is computed once, on one row, and its keys and values are copied to every row
     (`_prefill`'s layout: [shared prefix][left pad][own prompt][response][right pad], positions
     skipping the padding); gradients flow back through the copies into the one computation
-    (not under FSDP). A
-    row's log-probs and gradients are those of the whole layout up to floating-point effects of
-    the shapes (`test_a_shared_prefix_gives_the_same_logprobs_and_gradients`). The policy's
-    prompts in the household benchmark share 134 of their about 240 tokens.
+    (not under FSDP). A row's log-probs and gradients are those of the whole layout up to
+    floating-point effects of the shapes
+    (`test_a_shared_prefix_gives_the_same_logprobs_and_gradients`). The policy's prompts in the
+    household benchmark share 134 of their about 240 tokens.
 
     Returns:
         logp: (B, R) log-probs, R = longest response; mask: (B, R) 1.0 on real response tokens.
