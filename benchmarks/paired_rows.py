@@ -16,7 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
-from flows.ablate import SPLITS, _task_accuracy, eval_datasets
+from flows.ablate import SPLITS, eval_datasets, per_task_accuracy
 from rlanything_core.method.stats import paired_difference
 from rlanything_core.run.config import load_config
 from rlanything_core.run.rundir import write_json
@@ -52,7 +52,7 @@ def main() -> None:
     a, b = row_datasets(args.a, args.seeds), row_datasets(args.b, args.seeds)
     result: dict[str, object] = {"a": str(args.a), "b": str(args.b), "seeds": args.seeds}
     for split in SPLITS:
-        acc_a, acc_b = _task_accuracy(a, split), _task_accuracy(b, split)
+        acc_a, acc_b = per_task_accuracy(a, split), per_task_accuracy(b, split)
         both = acc_a.index.intersection(acc_b.index)
         d, low, high = paired_difference(acc_a[both].to_numpy(), acc_b[both].to_numpy())
         result[split] = {

@@ -455,7 +455,7 @@ def paired_differences(datasets: dict[str, dict[int, Datasets]]) -> dict[str, di
         for split in SPLITS:
             if not all(split in cell for row in (a, b) for cell in datasets[row].values()):
                 continue
-            acc_a, acc_b = (_task_accuracy(datasets[row], split) for row in (a, b))
+            acc_a, acc_b = (per_task_accuracy(datasets[row], split) for row in (a, b))
             both = acc_a.index.intersection(acc_b.index)
             estimate = paired_difference(acc_a[both].to_numpy(), acc_b[both].to_numpy())
             compared[f"eval/{split}/policy_accuracy"] = list(estimate)
@@ -464,7 +464,7 @@ def paired_differences(datasets: dict[str, dict[int, Datasets]]) -> dict[str, di
     return found
 
 
-def _task_accuracy(by_seed: dict[int, Datasets], split: str) -> pd.Series:
+def per_task_accuracy(by_seed: dict[int, Datasets], split: str) -> pd.Series:
     """Per task ("task_id@version"): the share of every seed's episodes of it that succeeded."""
     played = pd.concat([episodes(cell[split][0]) for cell in by_seed.values()], ignore_index=True)
     return (played["outcome"] > 0).groupby(task_key(played)).mean()
