@@ -48,9 +48,10 @@ def warm_start(config: RunConfig, run: RunDir, r: int, inputs: Inputs) -> tuple[
         finished = run.root / "warm_start" / f"{role}.json"
         if finished.is_file():  # a retried stage keeps the roles it finished
             record = json.loads(finished.read_text())
-            if all(Path(p).exists() for p in record["outputs"].values()):
+            kept = {k: str(run.root / v) for k, v in record["outputs"].items()}
+            if all(Path(p).exists() for p in kept.values()):
                 print(f"warm start {role}: finished before ({finished}), kept", flush=True)
-                outputs |= record["outputs"]
+                outputs |= kept
                 metrics |= record["metrics"]
                 continue
         demos = warm_start_demos(config, role, ws)
@@ -82,7 +83,9 @@ def warm_start(config: RunConfig, run: RunDir, r: int, inputs: Inputs) -> tuple[
             f"{role}/warm_start_loss": m["sft_loss"],
             f"{role}/warm_start_pairs": float(len(demos)),
         }
-        write_json(finished, {"outputs": done, "metrics": scores})
+        # relative to the run directory, as the stage markers are: a moved run keeps them
+        write_json(finished, {"outputs": {k: run.label(v) for k, v in done.items()},
+                              "metrics": scores})  # fmt: skip
         outputs |= done
         metrics |= scores
     return outputs, metrics

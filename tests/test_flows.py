@@ -388,7 +388,10 @@ def test_warm_start_fine_tunes_each_enabled_model(tmp_path: Path) -> None:
     assert run.model_before("policy", 0, "tiny:0") == str(run.warm_start_checkpoint("policy"))
     assert run.model_before("reward_model", 0, "tiny-judge:0") == "tiny-judge:0"
     assert run.finished(-1, "warm-start") is not None
-    # a retried stage keeps the roles it finished: the policy's, its checkpoint untouched
+    # a retried stage keeps the roles it finished: the policy's, its checkpoint untouched; the
+    # records name their files relative to the run directory, as stage markers do
+    record_of = json.loads((run.root / "warm_start" / "policy.json").read_text())
+    assert record_of["outputs"]["policy_checkpoint"] == "checkpoints/policy/warm_start"
     (run.root / "warm_start" / "env_model.json").unlink()
     run.marker(-1, "warm-start").unlink()  # the stage stopped before its end
     mtime = run.warm_start_checkpoint("policy").stat().st_mtime_ns
