@@ -6,8 +6,8 @@ different ablation directories (a row rerun with another config beside the table
 Each side is a row's directory (`<ablate --out>/<row slug>`); its seeds' final evaluations
 (`seed_<k>/eval`, else the curve's last step that covers both splits) are pooled per task as
 `rlanything ablate` pools them, and A − B is `stats.paired_difference` over the tasks both
-played, per split, with its 95 % interval (tasks as units). Prints one line per split; --out
-also writes them as JSON.
+played, per split, with its 95 % interval (tasks as units); each row's pooled accuracies with
+their intervals too. --out also writes them as JSON.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
-from flows.ablate import SPLITS, eval_datasets, per_task_accuracy
+from flows.ablate import SPLITS, eval_datasets, per_task_accuracy, pooled_intervals
 from rlanything_core.method.stats import paired_difference
 from rlanything_core.run.config import load_config
 from rlanything_core.run.rundir import write_json
@@ -50,7 +50,15 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     a, b = row_datasets(args.a, args.seeds), row_datasets(args.b, args.seeds)
+    votes = load_config(args.a / "seed_0" / "run" / "config.yaml").reward_model.votes
     result: dict[str, object] = {"a": str(args.a), "b": str(args.b), "seeds": args.seeds}
+    for side, found in (("a", a), ("b", b)):  # each row alone, pooled as the ablation pools it
+        pooled = pooled_intervals(found, votes)
+        result[f"{side}_pooled"] = pooled
+        for key in ("eval/id/policy_accuracy", "eval/id/rm_process_balanced_accuracy"):
+            if key in pooled:
+                v, low, high = (100 * x for x in pooled[key])
+                print(f"{side.upper()} {key}: {v:.1f} [{low:.1f}, {high:.1f}]")
     for split in SPLITS:
         acc_a, acc_b = per_task_accuracy(a, split), per_task_accuracy(b, split)
         both = acc_a.index.intersection(acc_b.index)
