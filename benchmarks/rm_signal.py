@@ -18,13 +18,13 @@ from typing import Any
 import pandas as pd
 from common import git_commit, save
 
-KEY = ["task_id", "task_version", "rollout_idx", "step_idx"]
+from rlanything_core.base.schemas import STEP_KEY
 
 
 def round_signal(round_dir: Path) -> dict[str, Any]:
     votes = pd.read_parquet(round_dir / "rm_samples.parquet")
-    steps = pd.read_parquet(round_dir / "rollouts.parquet", columns=[*KEY, "progress"])
-    joined = votes.merge(steps, on=KEY, validate="many_to_one")
+    steps = pd.read_parquet(round_dir / "rollouts.parquet", columns=[*STEP_KEY, "progress"])
+    joined = votes.merge(steps, on=STEP_KEY, validate="many_to_one")
     joined["right"] = joined["verdict"] == joined["progress"].astype(bool).map({True: 1, False: -1})
     kept = joined[joined["kept"]]
     up, down = kept[kept["advantage"] > 0], kept[kept["advantage"] < 0]

@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch.distributed.fsdp import FSDPModule
@@ -162,6 +163,30 @@ def _sliding_window(model: PreTrainedModel) -> int:
     return int(getattr(model.config, "sliding_window", None) or 0)
 
 
+def _shared_prefix(
+    model: PreTrainedModel, prompts: Sequence[Sequence[int]], *, longest: int
+) -> tuple[int, Any]:
+    """The prefix that every prompt shares, computed once, on one row: (its length, its KV cache
+    copied to every row), or (0, None) when it is shorter than `MIN_SHARED_PREFIX`, for one
+    prompt, where the model attends over a sliding window shorter than `longest` (a row's
+    tokens: padding inside a row would take room in the window that left padding does not), and
+    under FSDP (a rank with nothing shared would run one forward, and one round of all-gathers,
+    fewer than the others). A DDP-wrapped model computes it on the wrapped module, so that DDP
+    sees one forward per backward; its gradients reach the same parameters."""
+    if len(prompts) < 2 or isinstance(model, FSDPModule):
+        return 0, None
+    inner = model.module if isinstance(model, DistributedDataParallel) else model
+    window = _sliding_window(inner)
+    shared = 0 if window and longest > window else shared_prefix_length(prompts)
+    if shared < MIN_SHARED_PREFIX:
+        return 0, None
+    device = next(model.parameters()).device
+    head = torch.tensor([list(prompts[0][:shared])], device=device)  # (1, S)
+    cache = inner(input_ids=head, use_cache=True, logits_to_keep=1).past_key_values
+    cache.reorder_cache(torch.zeros(len(prompts), dtype=torch.long, device=device))
+    return shared, cache
+
+
 def _prefill(
     model: PreTrainedModel, prompts: list[tuple[int, ...]], *, pad_id: int, share_prefix: bool
 ) -> tuple[CausalLMOutputWithPast, torch.Tensor, torch.Tensor]:
@@ -178,17 +203,8 @@ def _prefill(
     room in the window that left padding does not.
     """
     device = next(model.parameters()).device
-    window = _sliding_window(model)
-    if window and max(len(p) for p in prompts) > window:
-        share_prefix = False
-    shared = shared_prefix_length(prompts) if share_prefix and len(prompts) > 1 else 0
-    cache = None
-    if shared >= MIN_SHARED_PREFIX:
-        head = torch.tensor([prompts[0][:shared]], device=device)  # (1, S)
-        cache = model(input_ids=head, use_cache=True, logits_to_keep=1).past_key_values
-        cache.reorder_cache(torch.zeros(len(prompts), dtype=torch.long, device=device))
-    else:
-        shared = 0
+    longest = max(len(p) for p in prompts)
+    shared, cache = _shared_prefix(model, prompts, longest=longest) if share_prefix else (0, None)
     width = max(len(p) for p in prompts) - shared
     input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)  # (U, W), left-padded
     own = torch.zeros((len(prompts), width), dtype=torch.long)  # (U, W)
@@ -543,24 +559,10 @@ def response_logprobs(
     """
     device = next(model.parameters()).device
     batch = len(prompt_ids)
-    # A DDP-wrapped model: the prefix runs on the wrapped module, so that DDP sees one forward
-    # per backward; the prefix's gradients reach the same parameters before DDP reduces them.
-    inner = model.module if isinstance(model, DistributedDataParallel) else model
-    window = _sliding_window(inner)
     longest = max(len(p) + len(r) for p, r in zip(prompt_ids, response_ids, strict=True))
-    shared = 0
-    # Not under FSDP: a rank whose rows share no prefix would run one forward fewer, and with it
-    # one round of FSDP's all-gathers fewer than the others.
-    fsdp = isinstance(model, FSDPModule)
-    if share_prefix and batch > 1 and not fsdp and not (window and longest > window):
-        shared = shared_prefix_length(prompt_ids)
-    cache = None
-    if shared >= MIN_SHARED_PREFIX:
-        head = torch.tensor([list(prompt_ids[0][:shared])], device=device)  # (1, S)
-        cache = inner(input_ids=head, use_cache=True, logits_to_keep=1).past_key_values
-        cache.reorder_cache(torch.zeros(batch, dtype=torch.long, device=device))
-    else:
-        shared = 0
+    shared, cache = (
+        _shared_prefix(model, prompt_ids, longest=longest) if share_prefix else (0, None)
+    )
     p_width = max(len(p) for p in prompt_ids) - shared
     r_width = max(len(r) for r in response_ids)
     ids = torch.full((batch, p_width + r_width), pad_id, dtype=torch.long)  # (B, P+R)
