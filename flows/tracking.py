@@ -52,7 +52,7 @@ from rlanything_core.base.atomic import atomic_path
 from rlanything_core.base.paths import data_root
 from rlanything_core.base.schemas import read_dataset
 from rlanything_core.run.config import RunConfig
-from rlanything_core.run.rundir import ROLES, RunDir, sha256_file
+from rlanything_core.run.rundir import ROLES, RunDir, RunDirError, sha256_file
 
 ROUND_OUTPUTS = (
     ("rollouts", "rollout"),
@@ -173,7 +173,7 @@ class Tracker:
         state = run.load_state()
         if "mlflow_run_id" in state:
             self.parent_id: str = state["mlflow_run_id"]
-            info = self.client.get_run(self.parent_id).info
+            info = self._resumed_run(state).info
             self.previous = (info.status, info.end_time)
             self.client.update_run(self.parent_id, status="RUNNING")
             self.kill_leftovers(flow_run_id)
@@ -190,9 +190,27 @@ class Tracker:
             )
             self.parent_id = parent.info.run_id
             self._log_params(self.parent_id, {})
-            run.save_state({**state, "mlflow_run_id": self.parent_id})
+            run.save_state(
+                {**state, "mlflow_run_id": self.parent_id, "mlflow_tracking_uri": self.uri}
+            )
         if flow_run_id:  # the latest flow run that worked on this run (resumes add new ones)
             self.client.set_tag(self.parent_id, "prefect.last_flow_run_id", flow_run_id)
+
+    def _resumed_run(self, state: dict[str, Any]) -> Any:
+        """The MLflow run that a resumed run directory was started with, or a clear error when
+        this tracking store does not have it (the run was started with another store)."""
+        try:
+            return self.client.get_run(self.parent_id)
+        except MlflowException as err:
+            if err.error_code != "RESOURCE_DOES_NOT_EXIST":
+                raise
+            started = state.get("mlflow_tracking_uri", "a store this run directory did not record")
+            raise RunDirError(
+                f"{self.run.root} was started with MLflow run {self.parent_id}, which the "
+                f"tracking store {self.uri} does not have; it was started with {started}. "
+                "Resume with MLFLOW_TRACKING_URI set to that store, or train into a new run "
+                "directory. Nothing in the run directory was changed."
+            ) from err
 
     def kill_leftovers(self, flow_run_id: str | None) -> list[str]:
         """Mark KILLED (MLflow's word for Prefect's Crashed) the nested runs that a killed

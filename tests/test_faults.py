@@ -431,6 +431,21 @@ def test_corrupted_checkpoint_is_named_on_resume(
     assert "model.safetensors" in text and "sha256 mismatch" in text and "policy-update" in text
 
 
+def test_resume_with_another_mlflow_store_names_the_store_it_was_started_with(
+    reference: RunDir, services: dict[str, str], tmp_path: Path
+) -> None:
+    run = _corrupt_copy(reference, tmp_path / "run")
+    state = run.state_path.read_bytes()
+    log = tmp_path / "resume.log"
+    other = {**services, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'other.db'}"}
+    rc = _launch(other, ["resume", "--run-dir", str(run.root)], log).wait(timeout=300)
+    text = log.read_text().replace("\n", "")
+    assert rc == 2, text[-3000:]
+    assert "does not have" in text and services["MLFLOW_TRACKING_URI"] in text
+    assert "Traceback" not in text
+    assert run.state_path.read_bytes() == state
+
+
 def test_verify_and_sweep_in_process(tmp_path: Path) -> None:
     """The marker records each output file's size and digest; verify names what changed; a dead
     process's half-written files are swept, a live one's are not."""
