@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import platform
 import subprocess
 import tempfile
 import threading
@@ -15,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import torch
 
+from rlanything_core.base.host import machine
 from rlanything_core.run.config import RunConfig, load_config
 from rlanything_core.run.rundir import write_json
 
@@ -49,34 +48,14 @@ def bench_config(path: str, **updates: Any) -> RunConfig:
     return config.model_copy(update=updates) if updates else config
 
 
-def cpu_flags() -> list[str]:
-    """The CPU's vector-math flags that decide float32/bfloat16 speed (Linux /proc/cpuinfo)."""
-    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines()
-                  if line.startswith("flags")), [])  # fmt: skip
-    return [f for f in wanted if f in flags]
-
-
-def machine() -> dict[str, Any]:
-    """Where the numbers were measured."""
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_flags": cpu_flags(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-        "torch": torch.__version__,
-    }
-
-
 def save(out: str | Path, result: dict[str, Any]) -> None:
     """Write the result atomically as JSON (with the machine and the time) and print it."""
-    record = {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(), **result}
+    record = {
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "commit": git_commit(),
+        "machine": machine(),
+        **result,
+    }
     write_json(Path(out), record)
     print(json.dumps(record, indent=2))
     print(f"wrote {out}")

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ from flows.evaluate import SPLITS, policy_metrics, reward_model_metrics, rlanyth
 from flows.tracking import plot_heldout, plot_rows
 from flows.train import rlanything_train
 from rlanything_core.base.atomic import atomic_path
+from rlanything_core.base.host import machine
 from rlanything_core.base.schemas import read_dataset
 from rlanything_core.method.rloop import episodes
 from rlanything_core.method.signals import task_key
@@ -125,6 +127,7 @@ def rlanything_ablate(
     if unknown:
         raise ValueError(f"unknown ablation rows {unknown}; choose from {', '.join(ROW_SLUGS)}")
     chosen = [row for row in ROWS if rows is None or row.slug in rows]
+    started = time.time()
     out = Path(out_dir).resolve()
     config = warm_started(config, RunDir(out / "warm_start"))
     results: dict[str, list[dict[str, float]]] = {}
@@ -203,11 +206,23 @@ def rlanything_ablate(
     }
     per_step = pooled_curves(heldout, once, seeds, config.reward_model.votes)
     paired = paired_differences(datasets)
+    # What this invocation did and where: a resumed ablation's seconds cover only its part.
+    invocation = {
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "seconds": round(time.time() - started, 1),
+        "runs_trained": len(pending),
+        "workers": workers,
+        "machine": machine(),
+    }
     write_json(out / "ablation.json", {"seeds": seeds, "rounds": config.rounds, "rows": summary,
                                        "pooled": pooled, "paired": paired, "per_seed": results,
-                                       "curves": per_step})  # fmt: skip
+                                       "curves": per_step, "invocation": invocation})  # fmt: skip
     with atomic_path(out / "ablation.md") as tmp:
-        tmp.write_text(_markdown(summary, pooled, seeds, config.rounds) + _paired_table(paired))
+        tmp.write_text(
+            _markdown(summary, pooled, seeds, config.rounds)
+            + _paired_table(paired)
+            + _invocation_line(invocation)
+        )
     plot_rows(curves, out)
     plot_heldout(per_step, out)
     return summary
@@ -468,6 +483,16 @@ def per_task_accuracy(by_seed: dict[int, Datasets], split: str) -> pd.Series:
     """Per task ("task_id@version"): the share of every seed's episodes of it that succeeded."""
     played = pd.concat([episodes(cell[split][0]) for cell in by_seed.values()], ignore_index=True)
     return (played["outcome"] > 0).groupby(task_key(played)).mean()
+
+
+def _invocation_line(invocation: dict[str, Any]) -> str:
+    """The wall time of the command that wrote the table, with what it trained, on which CPU."""
+    cpu = invocation["machine"]
+    return (
+        f"\nThis command: {invocation['seconds'] / 60:.1f} min, {invocation['runs_trained']} "
+        f"runs trained, {invocation['workers']} workers; {cpu['cpu_model']} "
+        f"({cpu['cpu_count']} cores, {', '.join(cpu['cpu_flags'])}), {invocation['measured_at']}.\n"
+    )
 
 
 def _paired_table(paired: dict[str, dict[str, Any]]) -> str:

@@ -7,6 +7,7 @@ import hashlib
 import itertools
 import json
 import math
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -696,8 +697,12 @@ def test_ablate_one_seed_one_round(tmp_path: Path) -> None:
     # resumable: a second call trains and evaluates nothing again
     evaluated = out / "reward-env" / "seed_0" / "run" / "eval" / "step_001" / "eval.json"
     stamp = evaluated.stat().st_mtime_ns
+    assert stored["invocation"]["runs_trained"] == 6
+    assert stored["invocation"]["machine"]["cpu_count"] == os.cpu_count()
+    assert "This command: " in table and "6 runs trained" in table
     rlanything_ablate(config=config, seeds=1, out_dir=str(out))
     assert evaluated.stat().st_mtime_ns == stamp
+    assert json.loads((out / "ablation.json").read_text())["invocation"]["runs_trained"] == 0
     with pytest.raises(ValueError, match="unknown ablation rows"):
         rlanything_ablate(config=config, seeds=1, out_dir=str(out), rows=["policy", "nope"])
 
