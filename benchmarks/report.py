@@ -249,11 +249,26 @@ def rows() -> list[tuple[str, str, str]]:
     return out
 
 
+def measured(file: str) -> str:
+    """Where and when a result file was measured: the CPU (files before the model name was
+    recorded give their vector flags), the day and the commit, as far as the file records them."""
+    data = _load(file.removesuffix(".json")) or {}
+    host = data.get("machine", {})
+    cpu = host.get("cpu_model") or (
+        f"CPU not recorded ({', '.join(host['cpu_flags'])})"
+        if host.get("cpu_flags")
+        else "host not recorded"
+    )
+    day = str(data.get("measured_at", "date not recorded"))[:10]
+    commit = data.get("commit") or "commit not recorded"
+    return f"{cpu}, {day}, {commit}"
+
+
 def main() -> None:
-    print("| benchmark | result | file |")
-    print("|---|---|---|")
+    print("| benchmark | result | measured on | file |")
+    print("|---|---|---|---|")
     for name, result, file in rows():
-        print(f"| {name} | {result} | `benchmarks/results/{file}` |")
+        print(f"| {name} | {result} | {measured(file)} | `benchmarks/results/{file}` |")
 
 
 if __name__ == "__main__":
