@@ -65,6 +65,7 @@ class _ScriptedEngine:
     def __init__(self, answers: list[str]) -> None:
         self.answers = answers
         self.asked: list[Messages] = []
+        self.keys: list[Sequence[str] | None] = []
 
     def generate(
         self,
@@ -75,8 +76,10 @@ class _ScriptedEngine:
         temperature: float,
         batch_size: int,
         on_batch: Callable[[int], None] | None = None,
+        json_keys: Sequence[str] | None = None,
     ) -> list[Generation]:
         self.asked += list(prompts)
+        self.keys.append(json_keys)
         return [Generation(self.answers.pop(0), [], [], [], "stop") for _ in prompts]
 
 
@@ -101,3 +104,10 @@ def test_propose_rewrites_parses_each_answer_and_takes_given_critiques() -> None
     rows = propose_rewrites(env, engine, triggered, *frames, **kwargs, critiques=["a", "b"])
     assert len(engine.asked) == 2 and "Critique: b" in engine.asked[1][-1]["content"]
     assert [r["valid"] for r in rows] == [True, False] and rows[1]["error"]
+    assert engine.keys == [None]  # keys are free unless `constrain_keys` is set
+
+    # `constrain_keys`: the rewrites (not the critiques) are decoded with the spec's fields
+    engine = _ScriptedEngine(["too easy", "too hard", harder, harder])
+    constrained = kwargs | {"em": EnvModelConfig(constrain_keys=True)}
+    propose_rewrites(env, engine, triggered, *frames, **constrained)
+    assert engine.keys == [None, sorted(spec.model_dump())]

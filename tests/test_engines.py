@@ -87,5 +87,14 @@ def test_clear_errors(served: Service, base: str) -> None:
         )
     with pytest.raises(EngineError, match="HTTP 404"):
         OpenAIEngine(served.url, "judge", tokenizer).load_adapter("x", "/nonexistent")
+    # Keys held to a set are asked of the server as a JSON-schema response format (vLLM's
+    # structured outputs); `rlanything serve` does not implement it and says so.
+    with pytest.raises(EngineError, match="unsupported parameter 'response_format'"):
+        OpenAIEngine(served.url, "judge", tokenizer).generate(
+            PROMPTS[:1],
+            SEEDS[:1],
+            **SAMPLE,
+            json_keys=["seed"],  # type: ignore[arg-type]
+        )
     with pytest.raises(ServiceError, match="exited with code"):
         Service(["python3", "-c", "raise SystemExit(3)"], port=free_port()).start()

@@ -27,7 +27,8 @@ class Generation:
 
 
 class Engine(Protocol):
-    """Samples one answer per prompt, each with its own seed."""
+    """Samples one answer per prompt, each with its own seed. With `json_keys` the keys of the
+    answer's top-level JSON objects are decoded among those names only (guided decoding)."""
 
     def generate(
         self,
@@ -38,6 +39,7 @@ class Engine(Protocol):
         temperature: float,
         batch_size: int,
         on_batch: Callable[[int], None] | None = None,
+        json_keys: Sequence[str] | None = None,
     ) -> list[Generation]: ...
 
     def decode(self, token_ids: Sequence[int]) -> str:

@@ -207,6 +207,11 @@ class Environment(ABC, Generic[OptionsT]):
         field, value = next(iter(spec.model_dump(mode="json").items()))
         return json.dumps({field: value})
 
+    def rewrite_keys(self, spec: TaskSpec) -> list[str]:
+        """The names a rewrite may set (`env_model.constrain_keys` holds its JSON keys to them):
+        the spec's fields, which `parse_proposal` merges the rewrite onto."""
+        return list(spec.model_dump())
+
     def rewrite_current(self, spec: TaskSpec) -> str:
         """The current task as the rewrite prompt shows it."""
         return spec.to_json()

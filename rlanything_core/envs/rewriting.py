@@ -7,7 +7,9 @@ For a task q whose accuracy left (α_low, α_high):
 2. rewrite: the environment model gets q's spec, the direction, the accuracy and the critique, and
    answers with JSON: either a whole new spec or only the fields to change (merged onto q's spec,
    which small models manage far more often). A coding task is rewritten as its problem statement
-   together with its tests.
+   together with its tests. With `env_model.constrain_keys` (not in the paper) the answer's
+   top-level JSON keys are decoded among the spec's fields (models/constraints.py): a small
+   model that joins halves of two field names (TextWorld's `nb_size`) cannot write them.
 3. validation: the proposal must parse, pass the environment's spec validation (household:
    solvable within its step limit; coding: tests of the task's style; gui: the template is a
    verifier of the task's app, its params fit the app, every hint names a real element, and the

@@ -27,6 +27,7 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from rlanything_core.base.generation import AnswerScore, Engine, Generation, Messages
 from rlanything_core.models.config import EngineConfig, ModelConfig
+from rlanything_core.models.constraints import JsonKeys
 from rlanything_core.models.loading import load_model, load_tokenizer, resolve_source
 from rlanything_core.models.modelling import choose_answers, encode_chat, generate
 from rlanything_core.models.services import Service, free_port, vllm_command
@@ -42,6 +43,7 @@ class HFEngine:
         self.model = model
         self.tokenizer = tokenizer
         self.share_prefix = share_prefix
+        self._json_keys: dict[tuple[str, ...], JsonKeys] = {}
 
     def generate(
         self,
@@ -52,7 +54,14 @@ class HFEngine:
         temperature: float,
         batch_size: int,
         on_batch: Callable[[int], None] | None = None,
+        json_keys: Sequence[str] | None = None,
     ) -> list[Generation]:
+        constraint = None
+        if json_keys is not None:
+            names = tuple(sorted(set(json_keys)))
+            if names not in self._json_keys:  # decodes every token once: kept per key set
+                self._json_keys[names] = JsonKeys(self.tokenizer, names)
+            constraint = self._json_keys[names]
         return generate(
             self.model,
             self.tokenizer,
@@ -63,6 +72,7 @@ class HFEngine:
             batch_size=batch_size,
             on_batch=on_batch,
             share_prefix=self.share_prefix,
+            constraint=constraint,
         )
 
     def choose(
@@ -187,9 +197,14 @@ class OpenAIEngine:
         return [str(m.get("id")) for m in data.get("data", [])]
 
     def _one(
-        self, prompt: Messages, seed: int, max_new_tokens: int, temperature: float
+        self,
+        prompt: Messages,
+        seed: int,
+        max_new_tokens: int,
+        temperature: float,
+        json_keys: Sequence[str] | None = None,
     ) -> Generation:
-        body = {
+        body: dict[str, Any] = {
             "model": self.model,
             "messages": list(prompt),
             "max_tokens": max_new_tokens,
@@ -199,6 +214,19 @@ class OpenAIEngine:
             "logprobs": True,
             "return_token_ids": True,
         }
+        if json_keys is not None:
+            # vLLM's structured outputs: the whole answer is one JSON object of these keys.
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": "fields",
+                    "schema": {
+                        "type": "object",
+                        "properties": {k: {} for k in sorted(set(json_keys))},
+                        "additionalProperties": False,
+                    },
+                },
+            }
         data = self._post("/chat/completions", body)
         choice = data["choices"][0]
         content_text = choice["message"].get("content")
@@ -231,14 +259,16 @@ class OpenAIEngine:
         temperature: float,
         batch_size: int,
         on_batch: Callable[[int], None] | None = None,
+        json_keys: Sequence[str] | None = None,
     ) -> list[Generation]:
         """One request per prompt, at most `concurrency` in flight (`batch_size` is the
-        server's business)."""
+        server's business). `json_keys` is sent as a JSON-schema `response_format`, which vLLM
+        enforces on the whole answer (`rlanything serve` refuses it)."""
         if len(prompts) != len(seeds):
             raise ValueError(f"got {len(prompts)} prompts but {len(seeds)} seeds")
 
         def one(args: tuple[Messages, int]) -> Generation:
-            out = self._one(args[0], args[1], max_new_tokens, temperature)
+            out = self._one(args[0], args[1], max_new_tokens, temperature, json_keys)
             if on_batch is not None:
                 on_batch(1)
             return out

@@ -49,6 +49,7 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from rlanything_core.base.generation import AnswerScore, Generation, Messages
 from rlanything_core.method.losses import ppo_clip_k3_loss
+from rlanything_core.models.constraints import TokenConstraint
 from rlanything_core.models.distributed import Group
 
 
@@ -85,6 +86,7 @@ def generate(
     top_logprobs: int = 0,
     ignore_eos: bool = False,
     share_prefix: bool = True,
+    constraint: TokenConstraint | None = None,
 ) -> list[Generation]:
     """Sample one answer per prompt, each from its own seeded generator.
 
@@ -96,7 +98,9 @@ def generate(
     `top_logprobs=k` also keeps the k likeliest tokens at each position
     (`Generation.top_logprobs`). `ignore_eos` decodes `max_new_tokens` whatever is sampled
     (benchmarks, as vLLM's option of that name). `share_prefix=False` prefills every distinct
-    prompt whole, not the prefix a batch shares once (benchmarks, tests).
+    prompt whole, not the prefix a batch shares once (benchmarks, tests). A `constraint`
+    (constraints.py) masks the tokens it does not allow before each sample; the log-probs are
+    then the masked distribution's.
     """
     if len(prompts) != len(seeds):
         raise ValueError(f"got {len(prompts)} prompts but {len(seeds)} seeds")
@@ -120,6 +124,7 @@ def generate(
             on_token=None if on_token is None else _in_chunk(on_token, chunk),
             top_logprobs=top_logprobs,
             share_prefix=share_prefix,
+            constraint=constraint,
         )
         for i, (tokens, logprobs, tops, ended) in zip(chunk, outs, strict=True):
             text_ids = tokens[:-1] if ended == "eos" else tokens
@@ -238,6 +243,7 @@ def _decode_batch(
     on_token: TokenCallback | None = None,
     top_logprobs: int = 0,
     share_prefix: bool = True,
+    constraint: TokenConstraint | None = None,
 ) -> list[tuple[list[int], list[float], list[list[tuple[int, float]]], str]]:
     """Each row's tokens, their log-probs, the top-k alternatives (top_logprobs > 0) and why it
     ended: "eos" (an end token, the last of its tokens), "stop" (`on_token` said so) or
@@ -263,6 +269,11 @@ def _decode_batch(
     finished = [False] * batch
     for _ in range(max_new_tokens):
         logits = out.logits[:, -1, :].float()  # (B, V)
+        if constraint is not None:
+            for i in range(batch):
+                allowed = None if finished[i] else constraint.allowed(tokens[i], logits.shape[-1])
+                if allowed is not None and bool(allowed.any()):
+                    logits[i].masked_fill_(~allowed.to(logits.device), float("-inf"))
         logp = torch.log_softmax(logits / temperature if temperature > 0 else logits, dim=-1)
         if temperature > 0:
             probs = logp.exp()

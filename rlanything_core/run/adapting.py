@@ -5,6 +5,7 @@ candidates once they are played (the acceptance schema)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -37,17 +38,22 @@ def propose_rewrites(
     task, replace the ones the model would write (benchmarks/rewrite_validity.py)."""
     r = round_idx
 
-    def ask(prompts: list[Messages], purpose: str, max_new_tokens: int) -> list[str]:
+    def ask(
+        prompts: list[Messages], purpose: str, max_new_tokens: int, keys: list[str] | None = None
+    ) -> list[str]:
         seeds = [
             derive_seed(base_seed, purpose, r, ref.task_id, ref.task_version)
             for ref, *_ in triggered
         ]
+        # Asked only when set: an engine written before `json_keys` existed still serves.
+        constrained: dict[str, Any] = {"json_keys": keys} if keys is not None else {}
         outs = engine.generate(
             prompts,
             seeds,
             max_new_tokens=max_new_tokens,
             temperature=em.model.temperature,
             batch_size=em.model.batch_size,
+            **constrained,
         )
         return [o.text for o in outs]
 
@@ -80,6 +86,9 @@ def propose_rewrites(
         ],
         "rewrite",
         em.model.max_new_tokens,
+        sorted({k for ref, *_ in triggered for k in env.rewrite_keys(ref.spec)})
+        if em.constrain_keys and triggered
+        else None,
     )
     rows: list[dict[str, object]] = []
     for (ref, a, d), critique, answer in zip(triggered, critiques, answers, strict=True):

@@ -305,6 +305,10 @@ class EnvModelConfig(_Strict):
     """Reasonings or failed steps quoted to the summarizer."""
     critique_max_new_tokens: int = Field(64, ge=1)
     """Length limit of the critique summary, in tokens."""
+    constrain_keys: bool = False
+    """Decode the rewrite's top-level JSON keys among the task spec's fields only
+    (`Environment.rewrite_keys`; vLLM: a JSON-schema `response_format`). The values, and whether
+    the rewrite is valid, stay the model's and the environment's business."""
 
 
 class AdvantageConfig(_Strict):
