@@ -97,7 +97,7 @@ class JsonKeys:
         # A token the tokenizer cannot decode on its own (ids past its vocabulary) is text-free.
         text = "".join(self.pieces[t] for t in tokens if t < len(self.pieces))
         scan = self._scan(text)
-        if scan is None:  # only text the model wrote unconstrained (cannot happen here)
+        if scan is None:  # already off the set: a step where no token could keep it on
             return None
         mask = torch.ones(vocab_size, dtype=torch.bool)
         if scan.key is not None:
@@ -109,7 +109,8 @@ class JsonKeys:
                     rest = k[len(scan.key) :]
                     for end in range(1, len(rest) + 1):
                         for i in self.by_piece.get(rest[:end], ()):
-                            mask[i] = i < vocab_size
+                            if i < vocab_size:
+                                mask[i] = True
             for i in self.quoted:
                 if i < vocab_size and not mask[i]:
                     mask[i] = self._scan(self.pieces[i], scan) is not None
