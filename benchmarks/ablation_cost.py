@@ -15,7 +15,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from common import git_commit, save
+from common import save
 
 
 def cell_cost(cell: Path) -> dict[str, float] | None:
@@ -51,7 +51,6 @@ def main() -> None:
         "rows": {k: dict(v) for k, v in rows.items()},
         "warm_start_seconds": json.loads(warm.read_text())["seconds"] if warm.is_file() else None,
         "command": f"python benchmarks/ablation_cost.py {args.ablation} --out {args.out}",
-        "commit": git_commit(),
     }
     save(args.out, result)
     names = ("rollout", "reward-scoring", "policy-update", "rm-update", "task-rewriting",

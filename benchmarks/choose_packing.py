@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 import torch
-from common import bench_config, git_commit, save
+from common import bench_config, save
 
 from rlanything_core.models import modelling
 from rlanything_core.models.loading import load_model
@@ -90,7 +90,6 @@ def measure(config_path: str, tasks: int, repeats: int) -> dict[str, Any]:
     prompt_tokens = [len(p) for p, _ in steps]
     return {
         "benchmark": "choose_packing",
-        "commit": git_commit(),
         "config": config_path,
         "model": pm.source,
         "dtype": str(next(model.parameters()).dtype),

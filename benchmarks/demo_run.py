@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import PeakRss, git_commit, isolated_workdir, save
+from common import PeakRss, isolated_workdir, save
 
 from rlanything_core.run.rundir import RunDir
 
@@ -38,7 +38,6 @@ def measure(config_path: str) -> dict[str, Any]:
         summary = json.loads(RunDir(root / "run").summary_path.read_text())
     return {
         "benchmark": "demo_run",
-        "commit": git_commit(),
         "config": config_path,
         # The allocator settings the run inherits (unset: glibc's and torch's defaults).
         "allocator_env": {

@@ -15,7 +15,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from common import git_commit, save
+from common import save
 
 from rlanything_core.base.schemas import read_dataset
 from rlanything_core.method.signals import judge_metrics, verdict_matrix
@@ -62,7 +62,7 @@ def main() -> None:
             )
             r += 1
     if args.out:
-        save(args.out, {"benchmark": "judge_rounds", "commit": git_commit(), "rounds": rows})
+        save(args.out, {"benchmark": "judge_rounds", "rounds": rows})
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 import torch
-from common import bench_config, git_commit, save
+from common import bench_config, save
 
 from rlanything_core.models.loading import load_model
 from rlanything_core.models.modelling import _prefill, encode_chat, shared_prefix_length
@@ -67,7 +67,6 @@ def measure(config_path: str, tasks: int, sizes: list[int], repeats: int) -> dic
         )
     return {
         "benchmark": "prefill_sharing",
-        "commit": git_commit(),
         "config": config_path,
         "model": pm.source,
         "dtype": str(next(model.parameters()).dtype),

@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 import torch
-from common import git_commit, save
+from common import save
 
 from rlanything_core.base.schemas import STEP_KEY, read_dataset
 from rlanything_core.models import modelling
@@ -74,7 +74,6 @@ def main() -> None:
     run = RunDir(args.run_dir)
     result: dict[str, Any] = {
         "benchmark": "prefix_training",
-        "commit": git_commit(),
         "run_dir": args.run_dir,
         "round": args.round,
         "threads": torch.get_num_threads(),

@@ -36,7 +36,7 @@ from collections import Counter
 from pathlib import Path
 
 import pandas as pd
-from common import git_commit, machine, save
+from common import save
 
 from rlanything_core.base.schemas import rows_frame
 from rlanything_core.envs.demos import demo_critique, demo_judgments
@@ -183,8 +183,6 @@ def main() -> None:
             "config_file": args.config,
             "critique": args.critique,
             "config": config.model_dump(mode="json"),
-            "commit": git_commit(),
-            "machine": machine(),
             "wall_seconds": round(time.monotonic() - started, 1),
             **result,
         },

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from common import git_commit, save
+from common import save
 
 from rlanything_core.base.schemas import STEP_KEY
 
@@ -55,7 +55,7 @@ def main() -> None:
                 f"reinforced right {r['reinforced_right']}, pushed away right "
                 f"{r['pushed_away_right']}"
             )
-    save(args.out, {"benchmark": "rm_signal", "commit": git_commit(), "runs": runs})
+    save(args.out, {"benchmark": "rm_signal", "runs": runs})
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import torch
-from common import PeakRss, bench_config, git_commit, isolated_workdir, save
+from common import PeakRss, bench_config, isolated_workdir, save
 from peft import PeftModel
 from transformers import PreTrainedModel
 from transformers.models.llama.modeling_llama import LlamaForCausalLM
@@ -260,7 +260,6 @@ def main() -> None:
             "benchmark": "round_profile",
             "config": args.config,
             "rounds": args.rounds,
-            "commit": git_commit(),
             "wall_seconds": round(wall, 1),
             "peak_rss_tree_mb": round(rss.peak / 2**20, 1),
             "matmul_peak_gflop_per_s": {k: round(v / 1e9, 1) for k, v in peaks.items()},

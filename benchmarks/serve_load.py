@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from common import PeakRss, git_commit, save
+from common import PeakRss, save
 
 from rlanything_core.models.loading import resolve_source
 from rlanything_core.models.services import Service, free_port, serve_command
@@ -189,7 +189,6 @@ def main() -> None:
         {
             "benchmark": "serve-load",
             "command": " ".join([Path(sys.executable).name, *sys.argv]),
-            "commit": git_commit(),
             "model": args.model,
             "requests_per_burst": args.requests,
             "bursts": args.bursts,
