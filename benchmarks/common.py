@@ -73,13 +73,15 @@ class PeakRss:
     thread: `peak` (bytes) while inside `with`, `now()` at any time. `parts` is the peak's
     breakdown, {process label: bytes} at the sample where the sum peaked, and `peak_pss` the
     largest sum of proportional set sizes (shared pages, such as torch's libraries mapped by
-    every process, counted once in all rather than once per process; Linux only, else 0)."""
+    every process, counted once in all rather than once per process; Linux only, else 0).
+    `samples` holds every sample's (time.time(), tree's resident bytes)."""
 
     def __init__(self, pid: int | None = None, interval: float = 0.2) -> None:
         self.process = psutil.Process(pid)
         self.interval, self._stop = interval, threading.Event()
         self.peak = self.peak_pss = 0
         self.parts: dict[str, int] = {}
+        self.samples: list[tuple[float, int]] = []
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def now(self) -> int:
@@ -103,6 +105,7 @@ class PeakRss:
         while not self._stop.is_set():
             sample = self._sample()
             total = sum(rss for rss, _ in sample.values())
+            self.samples.append((time.time(), total))
             if total > self.peak:
                 self.peak, self.parts = total, {k: rss for k, (rss, _) in sample.items()}
             self.peak_pss = max(self.peak_pss, sum(pss for _, pss in sample.values()))

@@ -13,7 +13,8 @@ completions as one of our rounds makes, on this CPU.
   and MLflow. Timed per round; the first round is a warm-up.
 - TRL: one `GRPOTrainer` step = generate G completions for each prompt, score them (reward: the
   answer names an admissible action), one optimizer step. Timed per step with a callback; the
-  first step is a warm-up. TRL is the optional `bench` extra: pip install -e '.[bench]'.
+  first step is a warm-up; numbered or text answers, whichever the prompts ask for. TRL is the
+  optional `bench` extra: pip install -e '.[bench]'.
 
 Ratio = our seconds per round / TRL's seconds per step, also per 1000 completions.
 
@@ -35,7 +36,7 @@ from orchestration import TIMES, instrumented, round_seconds
 
 import flows.train
 from rlanything_core.base.schemas import read_dataset
-from rlanything_core.method.parsing import parse_action_index
+from rlanything_core.method.parsing import parse_action
 from rlanything_core.models.devices import resolve_dtype
 from rlanything_core.models.loading import resolve_source
 from rlanything_core.run.rundir import RunDir
@@ -79,10 +80,18 @@ def ours(config_path: str, rounds: int) -> tuple[dict[str, Any], pd.DataFrame]:
     }, rollouts[0]
 
 
-def _num_actions(prompt: str) -> int:
-    """How many admissible actions a rendered policy prompt lists."""
-    listed = prompt.rsplit("Admissible actions:", 1)[-1]
-    return sum(1 for line in listed.splitlines() if line.split(".", 1)[0].strip().isdigit())
+def _listed_actions(prompt: str) -> tuple[list[str], str]:
+    """The admissible actions a rendered policy prompt lists, and how the answer names one:
+    "number" for a numbered list ("1. look"), "text" for a bulleted one ("- look")."""
+    listed = prompt.rsplit("Admissible actions:", 1)[-1].split("<|im_end|>", 1)[0]
+    numbered, bulleted = [], []
+    for line in listed.strip().splitlines():
+        number, dot, rest = line.partition(". ")
+        if dot and number.strip().isdigit():
+            numbered.append(rest.strip())
+        elif line.startswith("- "):
+            bulleted.append(line[2:].strip())
+    return (bulleted, "text") if bulleted else (numbered, "number")
 
 
 def trl_steps(config_path: str, rollouts: pd.DataFrame, steps: int) -> dict[str, Any]:
@@ -103,12 +112,18 @@ def trl_steps(config_path: str, rollouts: pd.DataFrame, steps: int) -> dict[str,
     prompts = rollouts["prompt"].tolist()
     n_prompts = completions // group
     picked = [prompts[i * len(prompts) // n_prompts] for i in range(n_prompts)]
-    data = Dataset.from_list([{"prompt": p, "num_actions": _num_actions(p)} for p in picked])
+    rows = []
+    for prompt in picked:
+        actions, action_format = _listed_actions(prompt)
+        rows.append({"prompt": prompt, "actions": actions, "action_format": action_format})
+    data = Dataset.from_list(rows)
 
-    def admissible(completions: list[str], num_actions: list[int], **_: Any) -> list[float]:
+    def admissible(
+        completions: list[str], actions: list[list[str]], action_format: list[str], **_: Any
+    ) -> list[float]:
         return [
-            1.0 if parse_action_index(c, n) is not None else -1.0
-            for c, n in zip(completions, num_actions, strict=True)
+            1.0 if parse_action(c, a, f) is not None else -1.0
+            for c, a, f in zip(completions, actions, action_format, strict=True)
         ]
 
     seconds: list[float] = []
