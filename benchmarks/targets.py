@@ -144,6 +144,9 @@ def check() -> list[dict[str, Any]]:
             row |= {
                 "measured": round(value, 3),
                 "measured_at": result.get("measured_at"),
+                # where: a verdict holds for the machine and commit its number came from
+                "commit": result.get("commit"),
+                "cpu_model": (result.get("machine") or {}).get("cpu_model"),
                 "met": met,
                 "next_lever": None if met else lever,
             }
@@ -159,7 +162,8 @@ def main() -> None:
     save(args.out, {"benchmark": "targets", "targets": rows})
     for row in rows:
         state = {None: "not measured", True: "met", False: "NOT met"}[row["met"]]
-        print(f"{row['target']}: {row['measured']} (goal {row['goal']}): {state}")
+        where = f"{row.get('cpu_model') or 'CPU not recorded'}, {row.get('commit') or '?'}"
+        print(f"{row['target']}: {row['measured']} (goal {row['goal']}): {state} [{where}]")
 
 
 if __name__ == "__main__":

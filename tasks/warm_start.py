@@ -71,6 +71,7 @@ def warm_start(config: RunConfig, run: RunDir, r: int, inputs: Inputs) -> tuple[
                 seed=config.seed,
                 lr_schedule=ws.lr_schedule,
                 group_by_length=ws.group_by_length,
+                max_forward_tokens=ws.max_forward_tokens,
                 on_step=advance,
             )
         rows = sft_rows(role, demos, pairs, seed=config.seed, checkpoint=run.label(str(out)))

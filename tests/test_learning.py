@@ -30,7 +30,7 @@ from rlanything_core.models.modelling import (
     response_logprobs,
     with_eos,
 )
-from rlanything_core.models.sft import micro_batches, sft_update
+from rlanything_core.models.sft import forward_chunks, micro_batches, sft_update
 from rlanything_core.models.training import rl_update
 from rlanything_core.run.config import parse_config
 from rlanything_core.run.judging import judge_prompts
@@ -550,3 +550,43 @@ def test_choosing_needs_an_engine_that_scores_and_episodes_that_list_answers() -
 
     with pytest.raises(ValueError, match=r"Bare has none\. Use policy\.answers: generate"):
         _answer(HFEngine(model, tok), [Bare()], [0], Sampling(1.0, 4, 1, choose=True))  # type: ignore[list-item]
+
+
+def test_forward_chunks_cut_a_micro_batch_by_its_padded_tokens() -> None:
+    """warm_start.max_forward_tokens: runs in order, each at most max_tokens as rows × longest
+    row, a pair longer than that alone; None keeps the micro-batch whole. By hand: lengths 3, 5,
+    2, 9 under 10 tokens → [3, 5] (2 × 5), [2] ([2, 9] would be 2 × 9), [9]."""
+    pairs = [([1] * n, [2]) for n in (2, 4, 1, 8)]  # prompt + response: 3, 5, 2, 9 tokens
+    runs = forward_chunks(pairs, 10)
+    assert [[len(p) + len(r) for p, r in run] for run in runs] == [[3, 5], [2], [9]]
+    assert forward_chunks(pairs, None) == [pairs]
+    assert forward_chunks(pairs, 1) == [[pair] for pair in pairs]
+
+
+def test_a_micro_batch_run_in_chunks_takes_the_same_step() -> None:
+    """Gradients of a micro-batch's passes add up to one pass's: after 3 SGD steps of 4 pairs of
+    different lengths, run whole or one pair a pass (at most 1.5 × the longest pair's tokens),
+    every weight and the loss agree to float32 rounding, and the chunks did run."""
+    trained = []
+    for chunked in (False, True):
+        torch.manual_seed(0)
+        model, tok = load_model("tiny", device="cpu", trainable=True)
+        pairs = [
+            (encode_chat(tok, _toy_prompt(goal)), with_eos([5 + k, 6], tok.eos_token_id))
+            for k, goal in enumerate(["look", "take the mug", "open drawer 2 then look", "go"])
+        ]
+        lengths = [len(p) + len(r) for p, r in pairs]
+        assert len(set(lengths)) > 1  # padding inside the whole batch, none in a chunk
+        limit = int(1.5 * max(lengths)) if chunked else None
+        # SGD: the step is the gradient itself (AdamW's first steps are ±lr whatever its size,
+        # so gradients that are rounding noise would flip its sign)
+        sgd = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
+        metrics = sft_update(model, sgd, pairs * 3,
+                             pad_id=tok.pad_token_id, micro_batch_size=4, seed=0,
+                             max_forward_tokens=limit)  # fmt: skip
+        trained.append((metrics, {k: v.detach().clone() for k, v in model.state_dict().items()}))
+        assert len(forward_chunks(pairs, limit)) == (4 if chunked else 1)
+    (whole, a), (chunked, b) = trained
+    assert chunked["sft_loss"] == pytest.approx(whole["sft_loss"], rel=1e-5)
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=1e-4, atol=1e-6, msg=name)

@@ -27,6 +27,7 @@ def sft_update(
     seed: int = 0,
     lr_schedule: Literal["constant", "linear"] = "constant",
     group_by_length: bool = False,
+    max_forward_tokens: int | None = None,
     on_step: Callable[[int], None] | None = None,
 ) -> dict[str, float]:
     """Supervised fine-tuning: minimize −log π(response | prompt), mean over response tokens.
@@ -35,6 +36,12 @@ def sft_update(
     `lr_schedule="linear"` takes step k of T at lr·(1 − k/T), the optimizer's rate decayed
     linearly toward 0; the optimizer's rate is restored at the end. `group_by_length` batches
     pairs of about the same length together (`micro_batches`).
+
+    `max_forward_tokens` bounds the tokens (rows × longest row, padding included) of one
+    forward pass: a micro-batch longer than that runs as several forward and backward passes
+    whose gradients add up before its one optimizer step (`forward_chunks`). Each pass's loss is
+    its response tokens' summed −log-prob over the whole micro-batch's count, so the step is the
+    same as one pass's, up to rounding; the activations held at once are those of one pass.
 
     Args:
         pairs: (prompt token ids, response token ids incl. EOS).
@@ -50,18 +57,22 @@ def sft_update(
             if lr_schedule == "linear":
                 scale_lr(optimizer, base_lrs, 1.0 - len(losses) / total)
             batch = [pairs[i] for i in rows]
-            logp, mask = response_logprobs(
-                model,  # type: ignore[arg-type]
-                [p for p, _ in batch],
-                [r for _, r in batch],
-                temperature=1.0,
-                pad_id=pad_id,
-            )
-            loss = -(logp * mask).sum() / mask.sum()
+            tokens = sum(len(r) for _, r in batch)  # the response tokens the loss averages over
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            loss = 0.0
+            for part in forward_chunks(batch, max_forward_tokens):
+                logp, mask = response_logprobs(
+                    model,  # type: ignore[arg-type]
+                    [p for p, _ in part],
+                    [r for _, r in part],
+                    temperature=1.0,
+                    pad_id=pad_id,
+                )
+                part_loss = -(logp * mask).sum() / tokens
+                part_loss.backward()
+                loss += part_loss.item()
             optimizer.step()
-            losses.append(loss.item())
+            losses.append(loss)
             if on_step is not None:
                 on_step(1)
     scale_lr(optimizer, base_lrs, 1.0)
@@ -69,6 +80,27 @@ def sft_update(
         "sft_loss": float(np.mean(losses[-max(1, len(losses) // 4) :])),
         "sft_steps": float(len(losses)),
     }
+
+
+def forward_chunks(
+    batch: Sequence[tuple[list[int], list[int]]], max_tokens: int | None
+) -> list[list[tuple[list[int], list[int]]]]:
+    """`batch` cut, in order, into runs of pairs whose rows × longest row (prompt and response)
+    is at most `max_tokens`; a pair longer than that alone is a run of its own. One run (the
+    batch) when `max_tokens` is None."""
+    if max_tokens is None:
+        return [list(batch)]
+    runs: list[list[tuple[list[int], list[int]]]] = []
+    current: list[tuple[list[int], list[int]]] = []
+    longest = 0
+    for pair in batch:
+        length = len(pair[0]) + len(pair[1])
+        if current and (len(current) + 1) * max(longest, length) > max_tokens:
+            runs.append(current)
+            current, longest = [], 0
+        current.append(pair)
+        longest = max(longest, length)
+    return [*runs, current] if current else runs
 
 
 LENGTH_GROUP = 64
@@ -120,6 +152,7 @@ def finetune_and_save(
     seed: int,
     lr_schedule: Literal["constant", "linear"] = "constant",
     group_by_length: bool = False,
+    max_forward_tokens: int | None = None,
     on_step: Callable[[int], None] | None = None,
 ) -> dict[str, float]:
     """Fine-tune a loaded `model` on `pairs` with a fresh AdamW (`sft_update`), then save it with
@@ -135,6 +168,7 @@ def finetune_and_save(
             seed=seed,
             lr_schedule=lr_schedule,
             group_by_length=group_by_length,
+            max_forward_tokens=max_forward_tokens,
             on_step=on_step,
         )
         if pairs

@@ -280,6 +280,7 @@ def sft_finetune(
     seed: int,
     lr_schedule: Literal["constant", "linear"] = "constant",
     group_by_length: bool = False,
+    max_forward_tokens: int | None = None,
     on_step: Callable[[int], None] | None = None,
 ) -> tuple[dict[str, float], list[tuple[list[int], list[int]]]]:
     """Load `source`, fine-tune it on `build_pairs(tokenizer)`, save it to `out_dir`.
@@ -301,6 +302,7 @@ def sft_finetune(
         seed=seed,
         lr_schedule=lr_schedule,
         group_by_length=group_by_length,
+        max_forward_tokens=max_forward_tokens,
         on_step=on_step,
     )
     return metrics, pairs

@@ -69,6 +69,11 @@ class WarmStartConfig(_Strict):
     micro-batches, the batches in random order), so less of each batch is padding: 1.32x as
     fast a step for the tiny household policy (benchmarks/results/sft-speed.json). Off by
     default: with it (and bfloat16) a constant-rate warm start ended far weaker (sweep run y)."""
+    max_forward_tokens: int | None = Field(None, ge=1)
+    """At most this many tokens (rows × longest row, padding included) in one forward pass: a
+    micro-batch longer than that runs as several passes whose gradients add up before its one
+    optimizer step, the same step up to rounding with less memory held at once (long prompts:
+    an environment model's task specs). None: one pass per micro-batch."""
 
 
 # Options of the built-in environments as they were spelled before `environment.options` (at
