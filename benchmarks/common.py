@@ -122,8 +122,8 @@ class PeakRss:
     def _run(self) -> None:
         count = 0
         while not self._stop.is_set():
-            # PSS once every PSS_EVERY samples: reading it every 0.2 s took a large share of a
-            # core from the process measured (the demo ran 1.47x as long under it)
+            # PSS once every PSS_EVERY samples: reading all of smaps every 0.2 s took CPU from
+            # the process measured (one demo run took 570 s under it, one unmeasured 388 s)
             sample = self._sample(pss=count % PSS_EVERY == 0)
             count += 1
             total = sum(rss for rss, _ in sample.values())
