@@ -55,6 +55,7 @@ from rlanything_core.run.config import Mode, RunConfig
 from rlanything_core.run.rundir import WARM_START, RunDir, write_json
 from tasks.common import run_stage
 from tasks.stages import warm_start
+from tasks.warm_start import warm_start_roles
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ def rlanything_ablate(
     chosen = [row for row in ROWS if rows is None or row.slug in rows]
     started = time.time()
     out = Path(out_dir).resolve()
-    config = warm_started(config, RunDir(out / "warm_start"))
+    config = warm_started(config, RunDir(out / "warm_start"), workers)
     results: dict[str, list[dict[str, float]]] = {}
     datasets: dict[str, dict[int, Datasets]] = {}
     curves: dict[str, list[list[dict[str, float]]]] = {}
@@ -271,6 +272,16 @@ def train_cell(config: RunConfig, run_dir: str, threads: int, row: str) -> None:
     _evaluated(Cell(chosen, config.seed, Path(run_dir).parent, config))
 
 
+@task(name="warm-start-part")
+def warm_start_part(config: RunConfig, run_dir: str, role: str, threads: int) -> None:
+    """One role's warm start in a worker process with `threads` torch threads
+    (`tasks.warm_start.warm_start_role`), recorded in the run's warm_start/<role>.json."""
+    from tasks.warm_start import warm_start_role  # by value in the pool, as `train_cell`
+
+    torch.set_num_threads(threads)
+    warm_start_role(config, RunDir(Path(run_dir)), role)
+
+
 def _evaluated(cell: Cell) -> Path:
     """The directory of the cell's held-out evaluation, run now if missing: the models after the
     last round (Before: the starting ones). Where the learning curve's last point covers both
@@ -312,9 +323,13 @@ def _current(evaluated: Path, config: RunConfig) -> bool:
     )
 
 
-def warm_started(config: RunConfig, run: RunDir) -> RunConfig:
+def warm_started(config: RunConfig, run: RunDir, workers: int = 1) -> RunConfig:
     """Run the config's warm starts once in `run` (resumable) and return the config with the
-    warm-started checkpoints as model sources and warm starts off; unchanged without any."""
+    warm-started checkpoints as model sources and warm starts off; unchanged without any. With
+    `workers` > 1 the roles not yet warm-started train side by side first, in that many
+    processes (`warm_start_part`), the largest first (episodes × epochs); the warm-start stage
+    then finds them finished and keeps them. Each role's checkpoint is the one it would get
+    alone: its training depends on its own pairs and the seed, not on the others'."""
     roles: dict[str, Any] = {
         "policy": config.policy,
         "reward_model": config.reward_model,
@@ -324,6 +339,29 @@ def warm_started(config: RunConfig, run: RunDir) -> RunConfig:
         return config
     every_model = config.model_copy(update={"mode": "env"})  # warm the RM even if a row skips it
     run.init(every_model)
+    pending = [
+        role
+        for role in warm_start_roles(every_model)
+        if not (run.root / "warm_start" / f"{role}.json").is_file()
+    ]
+    if workers > 1 and len(pending) > 1:
+        pending.sort(key=lambda r: -roles[r].warm_start.episodes * roles[r].warm_start.epochs)
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        with ProcessPoolTaskRunner(max_workers=min(workers, len(pending))) as runner:
+            futures = [
+                runner.submit(
+                    warm_start_part,
+                    {
+                        "config": every_model,
+                        "run_dir": str(run.root),
+                        "role": r,
+                        "threads": threads,
+                    },
+                )
+                for r in pending
+            ]
+            for future in futures:
+                future.result()
     outputs = run_stage(warm_start, every_model, str(run.root), WARM_START).record["outputs"]
     update = {}
     for name, role in roles.items():

@@ -25,7 +25,14 @@ from safetensors.torch import load_file
 import tasks.playing
 import tasks.stages
 import tasks.updates
-from flows.ablate import ROWS, _current, _row_config, rlanything_ablate, share_start
+from flows.ablate import (
+    ROWS,
+    _current,
+    _row_config,
+    rlanything_ablate,
+    share_start,
+    warm_started,
+)
 from flows.evaluate import rlanything_eval
 from flows.train import rlanything_train
 from rlanything_core.base.schemas import SCHEMAS, read_dataset
@@ -733,6 +740,47 @@ def test_ablate_one_seed_one_round(tmp_path: Path) -> None:
                 )
         same = json.dumps(parallel[SLUG_NAMES[slug]]) == json.dumps(summary[SLUG_NAMES[slug]])
         assert same  # NaN cells included
+
+
+def test_warm_starts_side_by_side_write_the_checkpoints_of_one_after_another(
+    tmp_path: Path,
+) -> None:
+    """`warm_started` with two workers trains the roles in two processes (the environment
+    model's, the most episodes × epochs, first) and the stage keeps them: the same checkpoints,
+    to rounding, and the same records as one process training them in turn."""
+    data = tiny(rounds=1).model_dump()
+    data["policy"]["warm_start"] = {"enabled": True, "episodes": 2, "epochs": 1}
+    data["reward_model"]["warm_start"] = {"enabled": True, "episodes": 2, "epochs": 1}
+    data["env_model"]["warm_start"] = {"enabled": True, "episodes": 3, "epochs": 1}
+    config = RunConfig.model_validate(data)
+    alone, beside = (RunDir(tmp_path / name) for name in ("alone", "beside"))
+    started = {
+        run: warm_started(config, run, workers)
+        for run, workers in ((alone, 1), (beside, 2))
+    }  # fmt: skip
+    for role in ("policy", "reward_model", "env_model"):
+        # the environment model's checkpoint is a LoRA adapter (adapter_model.safetensors)
+        a, b = (
+            load_file(str(next(run.warm_start_checkpoint(role).glob("*.safetensors"))))
+            for run in (alone, beside)
+        )
+        assert a.keys() == b.keys()
+        for name in a:
+            torch.testing.assert_close(a[name], b[name], rtol=0, atol=1e-5)
+        records = [
+            json.loads((run.root / "warm_start" / f"{role}.json").read_text())
+            for run in (alone, beside)
+        ]
+        assert records[0]["outputs"] == records[1]["outputs"]
+        assert records[0]["metrics"] == pytest.approx(records[1]["metrics"], abs=1e-4)
+        for run in (alone, beside):
+            settings = getattr(started[run], role)
+            assert settings.model.source == str(run.warm_start_checkpoint(role))
+            assert not settings.warm_start.enabled
+    stage = json.loads((beside.root / "warm_start" / "_stages" / "warm-start.json").read_text())
+    assert {"policy_checkpoint", "reward_model_checkpoint", "env_model_checkpoint"} <= set(
+        stage["outputs"]
+    )
 
 
 def test_coding_two_rounds_with_unit_test_reward_model(tmp_path: Path) -> None:
