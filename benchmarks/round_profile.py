@@ -3,11 +3,13 @@
 Runs `rlanything-train` in this process on a config (default: the `make run` demo, one round
 after its warm starts) with the model's forward, backward, optimizer step, checkpoint I/O and
 Parquet I/O timed, and splits each stage's time into:
-- prefill: generation forwards over prompts (`use_cache=True`): whole prompts, and the rest of
-  each prompt after a batch's shared prefix (against that prefix's cache);
+- prefill: generation forwards over prompts (`use_cache=True`, no gradients): whole prompts,
+  and the rest of each prompt after a batch's shared prefix (against that prefix's cache);
 - decode: generation forwards of one new token per answer against the KV cache;
 - logprob: forwards without gradients and without a cache (old log-probs, reference log-probs);
-- train_forward, backward, optimizer: the updates' loss forwards, backward passes, AdamW steps;
+- train_forward, backward, optimizer: the updates' loss forwards (gradients on, into trainable
+  weights; a micro-batch's shared prompt prefix computed once with a KV cache included),
+  backward passes, AdamW steps;
 - checkpoint_io: model and adapter loads and saves; parquet_io: dataset reads and writes;
 - other: the rest of the stage (tokenizing, sampling between decode steps, environments,
   Python).
@@ -114,15 +116,20 @@ class Profile:
             tokens = int(ids.numel()) if ids is not None else 0
             total, trainable = self._parameters(model)
             flops = 2.0 * total * tokens
-            # A prompt's rest after a shared prefix is prefilled against the prefix's cache:
+            # A training forward runs with gradients into trainable weights, whether or not it
+            # uses a KV cache (the updates compute a micro-batch's shared prompt prefix once
+            # with a cache, then each sample's rest against it); generation never does. A
+            # prompt's rest after a shared prefix is prefilled against the prefix's cache:
             # decoding is one new token per row.
-            if kwargs.get("past_key_values") is not None and ids is not None and ids.shape[-1] == 1:
+            if torch.is_grad_enabled() and trainable:
+                category = "train_forward"
+                self._pending_backward_flops += flops * (1 + trainable / total)
+            elif (
+                kwargs.get("past_key_values") is not None and ids is not None and ids.shape[-1] == 1
+            ):
                 category = "decode"
             elif kwargs.get("use_cache") or kwargs.get("past_key_values") is not None:
                 category = "prefill"
-            elif torch.is_grad_enabled():
-                category = "train_forward"
-                self._pending_backward_flops += flops * (1 + trainable / total)
             else:
                 category = "logprob"
             with self.timing(category, tokens, flops):
