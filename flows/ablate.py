@@ -285,14 +285,17 @@ def warm_start_part(config: RunConfig, run_dir: str, role: str, threads: int) ->
 def _evaluated(cell: Cell) -> Path:
     """The directory of the cell's held-out evaluation, run now if missing: the models after the
     last round (Before: the starting ones). Where the learning curve's last point covers both
-    splits it is that evaluation."""
+    splits it is that evaluation; where it covers some (`evaluation.curve_splits`), only the
+    others are played, and the curve's splits are taken from it (`_adopt`): the same models,
+    tasks and evaluation seeds would play the same episodes again."""
     config, mode, run = cell.config, cell.row.mode, cell.run
     last = run.root / "eval" / f"step_{config.rounds:03d}"
-    if (
-        mode is not None
-        and set(config.evaluation.curve_splits) == set(SPLITS)
-        and (last / "eval.json").is_file()
-    ):
+    covered = (
+        [s for s in SPLITS if s in config.evaluation.curve_splits]
+        if mode is not None and (last / "eval.json").is_file()
+        else []
+    )
+    if covered == list(SPLITS):
         return last
     evaluated = cell.root / "eval"
     if (evaluated / "eval.json").is_file() and not _current(evaluated, config):
@@ -308,8 +311,30 @@ def _evaluated(cell: Cell) -> Path:
             if mode == "outcome_only"
             else run.model_before("reward_model", after, config.reward_model.model.source),
             out_dir=str(evaluated),
+            splits=[s for s in SPLITS if s not in covered],
         )
+        if covered:
+            _adopt(last, evaluated, covered)
     return evaluated
+
+
+def _adopt(source: Path, evaluated: Path, splits: list[str]) -> None:
+    """Complete the evaluation in `evaluated` with `splits` of the one in `source` (the curve's
+    last point, of the same models): their datasets copied, their metrics merged into eval.json
+    (written last, atomically: an interrupted merge leaves an eval.json without these splits,
+    which `_current` finds incomplete and has redone)."""
+    for split in splits:
+        for path in source.glob(f"{split}_*.parquet"):
+            with atomic_path(evaluated / path.name) as tmp:
+                shutil.copyfile(path, tmp)
+    prefixes = tuple(f"eval/{split}/" for split in splits)
+    adopted = {
+        key: value
+        for key, value in json.loads((source / "eval.json").read_text()).items()
+        if key.startswith(prefixes)
+    }
+    merged = json.loads((evaluated / "eval.json").read_text()) | adopted
+    write_json(evaluated / "eval.json", merged | {"adopted_from": str(source)})
 
 
 def _current(evaluated: Path, config: RunConfig) -> bool:

@@ -741,6 +741,27 @@ def test_ablate_one_seed_one_round(tmp_path: Path) -> None:
         same = json.dumps(parallel[SLUG_NAMES[slug]]) == json.dumps(summary[SLUG_NAMES[slug]])
         assert same  # NaN cells included
 
+    # A curve of the in-domain split alone: the final evaluation plays only out-of-domain
+    # tasks and takes the in-domain split from the curve's last point, to the same table
+    data["evaluation"]["curve_splits"] = ["id"]
+    narrow = tmp_path / "id-curve"
+    rows = rlanything_ablate(
+        config=RunConfig.model_validate(data), seeds=1, out_dir=str(narrow),
+        rows=["before", "policy"],
+    )  # fmt: skip
+    final, last = narrow / "policy" / "seed_0" / "eval", narrow / "policy" / "seed_0" / "run"
+    last = last / "eval" / "step_001"
+    assert sorted(p.name for p in last.glob("*.parquet")) == [
+        "id_judgments.parquet", "id_rollouts.parquet"
+    ]  # fmt: skip
+    for name in ("id_rollouts.parquet", "id_judgments.parquet"):
+        assert (final / name).read_bytes() == (last / name).read_bytes()
+    stored = json.loads((final / "eval.json").read_text())
+    assert stored["adopted_from"] == str(last) and stored["eval/ood/episodes"] == 2.0
+    assert stored["eval/id/episodes"] == 2.0 and (final / "ood_rollouts.parquet").is_file()
+    assert json.dumps(rows["Policy"]) == json.dumps(summary["Policy"])
+    assert _current(final, RunConfig.model_validate(data))
+
 
 def test_warm_starts_side_by_side_write_the_checkpoints_of_one_after_another(
     tmp_path: Path,
