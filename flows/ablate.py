@@ -7,7 +7,8 @@ anchor-state groups, `advantage.grouping: state`). `rows` picks a subset. Each t
 is a full training run per seed, evaluated with `rlanything-eval` on the same held-out sets;
 "Before" evaluates the models the runs start from. When the config enables warm starts, they run
 once (in `<out>/warm_start`, with the config's seed) and every row and seed starts from those
-checkpoints, so rows differ only in what they train. Outcome-only trains no reward model, so its
+checkpoints, so rows differ only in what they train (with `workers` > 1 the roles' warm starts
+train side by side, to the same checkpoints). Outcome-only trains no reward model, so its
 RM columns stay empty. Resumable: a (row, seed) whose eval.json exists is not rerun.
 
 With `evaluation.every`, each row's learning curve is pooled over seeds per rounds done
