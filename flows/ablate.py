@@ -366,9 +366,7 @@ def warm_started(config: RunConfig, run: RunDir, workers: int = 1) -> RunConfig:
     every_model = config.model_copy(update={"mode": "env"})  # warm the RM even if a row skips it
     run.init(every_model)
     pending = [
-        role
-        for role in warm_start_roles(every_model)
-        if not (run.root / "warm_start" / f"{role}.json").is_file()
+        role for role in warm_start_roles(every_model) if not run.warm_start_record(role).is_file()
     ]
     if workers > 1 and len(pending) > 1:
         pending.sort(key=lambda r: -roles[r].warm_start.episodes * roles[r].warm_start.epochs)

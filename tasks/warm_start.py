@@ -54,7 +54,7 @@ def warm_start_role(config: RunConfig, run: RunDir, role: str) -> tuple[Outputs,
     """One role's warm start: its checkpoint and SFT dataset (outputs) and its loss and pair
     count (metrics), recorded last in `warm_start/<role>.json`; a role recorded before, whose
     files still exist, is kept and not trained again."""
-    finished = run.root / "warm_start" / f"{role}.json"
+    finished = run.warm_start_record(role)
     if finished.is_file():  # a retried stage keeps the roles it finished
         record = json.loads(finished.read_text())
         kept = {k: str(run.root / v) for k, v in record["outputs"].items()}

@@ -146,6 +146,10 @@ class RunDir:
     def warm_start_checkpoint(self, role: str) -> Path:
         return self.root / "checkpoints" / role / "warm_start"
 
+    def warm_start_record(self, role: str) -> Path:
+        """A finished role's warm-start record (its outputs and metrics), written last."""
+        return self.root / "warm_start" / f"{role}.json"
+
     def model_before(self, role: str, round_idx: int, source: str) -> str:
         """The checkpoint a round starts from: the latest one written before it, else the warm
         start's, else `source`."""
