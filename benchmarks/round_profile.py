@@ -6,7 +6,8 @@ Parquet I/O timed, and splits each stage's time into:
 - prefill: generation forwards over prompts (`use_cache=True`, no gradients): whole prompts,
   and the rest of each prompt after a batch's shared prefix (against that prefix's cache);
 - decode: generation forwards of one new token per answer against the KV cache;
-- logprob: forwards without gradients and without a cache (old log-probs, reference log-probs);
+- logprob: forwards without gradients inside `response_logprobs` (the updates' old log-probs,
+  with or without a shared prefix's cache) and any other forward without gradients or cache;
 - train_forward, backward, optimizer: the updates' loss forwards (gradients on, into trainable
   weights; a micro-batch's shared prompt prefix computed once with a KV cache included),
   backward passes, AdamW steps;
@@ -43,6 +44,7 @@ from transformers.models.llama.modeling_llama import LlamaForCausalLM
 
 import flows.train
 from rlanything_core.base import failpoints
+from rlanything_core.models import modelling
 from rlanything_core.models.devices import autocast_dtype, pick_device, resolve_dtype
 
 CATEGORIES = (
@@ -124,6 +126,8 @@ class Profile:
             if torch.is_grad_enabled() and trainable:
                 category = "train_forward"
                 self._pending_backward_flops += flops * (1 + trainable / total)
+            elif getattr(self._local, "logprobs", False):
+                category = "logprob"
             elif (
                 kwargs.get("past_key_values") is not None and ids is not None and ids.shape[-1] == 1
             ):
@@ -136,6 +140,20 @@ class Profile:
                 return original(model, *args, **kwargs)
 
         return timed
+
+    def logprobs(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """Mark the forwards of `response_logprobs` (which uses a KV cache for a shared prompt
+        prefix, as generation does) as log-prob passes."""
+
+        def marked(*args: Any, **kwargs: Any) -> Any:
+            outer = getattr(self._local, "logprobs", False)
+            self._local.logprobs = True
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self._local.logprobs = outer
+
+        return marked
 
     def backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def timed(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
@@ -177,6 +195,7 @@ def patched(profile: Profile) -> Iterator[None]:
     ]
     methods: list[tuple[Any, str, Callable[..., Any]]] = [
         (LlamaForCausalLM, "forward", profile.forward(LlamaForCausalLM.forward)),
+        (modelling, "response_logprobs", profile.logprobs(modelling.response_logprobs)),
         (torch.Tensor, "backward", profile.backward(torch.Tensor.backward)),
         (torch.optim.AdamW, "step", profile.plain("optimizer", torch.optim.AdamW.step)),
         (

@@ -62,3 +62,30 @@ def test_round_profile_tells_a_training_forward_with_a_cache_from_a_prefill() ->
     with round_profile.patched(profile):
         frozen(input_ids=ids, use_cache=True)
     assert profile.tokens[(key, "prefill")] == 24
+
+
+def test_round_profile_counts_the_updates_old_logprob_passes_as_logprob() -> None:
+    """`response_logprobs` without gradients (an update's old log-probs) computes a shared prompt
+    prefix with a KV cache and the rest against it: both forwards are log-prob passes, not a
+    generation's prefill; the same call with gradients on stays a training forward, and the patch
+    is gone after the block."""
+    from rlanything_core.models import modelling
+
+    model = _llama()
+    profile = round_profile.Profile()
+    shared = list(range(3, 3 + modelling.MIN_SHARED_PREFIX))
+    prompts = [[*shared, 1, 2], [*shared, 5]]
+    responses = [[7, 8], [9]]
+    original = modelling.response_logprobs
+    with round_profile.patched(profile):
+        with torch.no_grad():
+            modelling.response_logprobs(model, prompts, responses, temperature=1.0, pad_id=0)
+        logp, _ = modelling.response_logprobs(model, prompts, responses, temperature=1.0, pad_id=0)
+        logp.sum().backward()
+    assert modelling.response_logprobs is original
+    key = "outside stages"
+    assert profile.tokens[(key, "prefill")] == 0
+    assert profile.tokens[(key, "decode")] == 0
+    # the shared prefix once (one row), then both rows' own tokens and responses
+    assert profile.tokens[(key, "logprob")] == profile.tokens[(key, "train_forward")] > 0
+    assert profile.tokens[(key, "logprob")] < 2 * (len(shared) + 4)
