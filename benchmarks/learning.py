@@ -26,12 +26,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from common import git_commit, save
 
 from rlanything_core.base.schemas import read_dataset
 from rlanything_core.method.rloop import episodes
 from rlanything_core.method.signals import task_key
-from rlanything_core.method.stats import accuracy, as_metrics
+from rlanything_core.method.stats import accuracy, as_metrics, paired_difference
 from rlanything_core.run.config import load_config
 from rlanything_core.run.rundir import RunDir
 
@@ -71,20 +72,43 @@ def curve_point(point: dict[str, Any], split: str) -> dict[str, float] | None:
     }
 
 
-def verdict(curve: list[dict[str, Any]], split: str) -> dict[str, Any]:
-    """Before (step 0) against the last step of one split: the gain and whether the 95 %
-    intervals are apart."""
+def per_task(run_dir: Path, step: int, split: str) -> pd.Series | None:
+    """Per held-out task: the share of its episodes won at curve step `step`, or None where the
+    step's episodes were not kept."""
+    path = run_dir / "eval" / f"step_{step:03d}" / f"{split}_rollouts.parquet"
+    if not path.is_file():
+        return None
+    played = episodes(read_dataset(path, "rollouts"))
+    return (played["outcome"] > 0).groupby(task_key(played)).mean()
+
+
+def verdict(curve: list[dict[str, Any]], split: str, run_dir: Path | None = None) -> dict[str, Any]:
+    """Before (step 0) against the last step of one split: the gain, whether the 95 % intervals
+    are apart, and (with the run directory) the paired difference on the tasks both steps played
+    (`stats.paired_difference`, tasks as units: a paired test, apart from 0 when the policy
+    got better on these tasks)."""
     points = [(p["step"], c) for p in curve if (c := curve_point(p, split)) is not None]
     if len(points) < 2:
         return {}
-    (_, first), (last_step, last) = points[0], points[-1]
-    return {
+    (first_step, first), (last_step, last) = points[0], points[-1]
+    found: dict[str, Any] = {
         "before": first["accuracy"],
         "after": last["accuracy"],
         "after_step": last_step,
         "gain_points": 100.0 * (last["accuracy"] - first["accuracy"]),
         "intervals_apart": last["ci_low"] > first["ci_high"] or last["ci_high"] < first["ci_low"],
     }
+    before, after = (
+        (per_task(run_dir, first_step, split), per_task(run_dir, last_step, split))
+        if run_dir is not None
+        else (None, None)
+    )
+    if before is not None and after is not None:
+        both = before.index.intersection(after.index)
+        paired = paired_difference(after[both].to_numpy(), before[both].to_numpy())
+        found["paired_gain_points"] = [round(100.0 * v, 2) for v in paired]
+        found["paired_tasks"] = len(both)
+    return found
 
 
 def table(curve: list[dict[str, Any]]) -> str:
@@ -192,8 +216,8 @@ def main() -> None:
                 for r in summary["rounds"]
             ],
             "curve": curve,
-            "id": verdict(curve, "id"),
-            "ood": verdict(curve, "ood"),
+            "id": verdict(curve, "id", run_dir),
+            "ood": verdict(curve, "ood", run_dir),
         },
     )
     print(table(curve))

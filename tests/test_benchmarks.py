@@ -89,3 +89,46 @@ def test_round_profile_counts_the_updates_old_logprob_passes_as_logprob() -> Non
     # the shared prefix once (one row), then both rows' own tokens and responses
     assert profile.tokens[(key, "logprob")] == profile.tokens[(key, "train_forward")] > 0
     assert profile.tokens[(key, "logprob")] < 2 * (len(shared) + 4)
+
+
+def test_learning_verdict_pairs_the_first_and_last_curve_points_by_task(tmp_path: Path) -> None:
+    """Worked by hand: 4 held-out tasks, one episode each at step 0 and two at step 4. Per task
+    (after − before): a 1 − 0, b 0.5 − 0, c 1 − 1, d 0 − 1 → d = (1, 0.5, 0, −1), mean 0.125;
+    Σ((d − 0.125)/4)² = (0.875² + 0.375² + 0.125² + 1.125²)/16 = 2.1875/16, × 4/3 → √0.18229 =
+    0.42696, × 1.96 = 0.83684: 12.5 [−71.2, +96.2] points on 4 tasks."""
+    import learning
+
+    from rlanything_core.base.schemas import rows_frame, write_dataset
+
+    def step(task: str, rollout: int, outcome: int) -> dict[str, object]:
+        return {
+            "round": 0, "task_id": task, "task_version": 0, "rollout_idx": rollout,
+            "step_idx": 0, "seed": rollout, "checkpoint": "c", "goal": "g", "observation": "o",
+            "prompt": "p", "response": "r", "action": "a", "action_valid": True,
+            "next_observation": "o2", "progress": True, "done": True, "pass_fraction": None,
+            "screenshot": None, "outcome": outcome, "num_steps": 1, "finish_reason": "stop",
+            "prompt_token_ids": [1], "response_token_ids": [2], "sampler_logprobs": [-0.5],
+        }  # fmt: skip
+
+    before = [step("a", 0, -1), step("b", 0, -1), step("c", 0, 1), step("d", 0, 1)]
+    after = [step("a", 0, 1), step("a", 1, 1), step("b", 0, 1), step("b", 1, -1)]
+    after += [step("c", 0, 1), step("c", 1, 1), step("d", 0, -1), step("d", 1, -1)]
+    for at, rows in ((0, before), (4, after)):
+        path = tmp_path / "eval" / f"step_{at:03d}" / "id_rollouts.parquet"
+        path.parent.mkdir(parents=True)
+        write_dataset(rows_frame(rows, "rollouts"), path, "rollouts")
+
+    def point(at: int, acc: float) -> dict[str, float]:
+        prefix = "eval/id/"
+        return {"step": at, prefix + "policy_accuracy": acc, prefix + "policy_accuracy_ci_low": 0.0,
+                prefix + "policy_accuracy_ci_high": 1.0, prefix + "episodes": 4.0,
+                prefix + "tasks": 4.0, prefix + "invalid_actions": 0.0}  # fmt: skip
+
+    found = learning.verdict([point(0, 0.5), point(4, 0.625)], "id", tmp_path)
+    assert found["paired_tasks"] == 4
+    value, low, high = found["paired_gain_points"]
+    assert value == pytest.approx(12.5)
+    assert low == pytest.approx(12.5 - 83.68, abs=0.01)
+    assert high == pytest.approx(12.5 + 83.68, abs=0.01)
+    # without the run directory (or the step's episodes) there is no pairing
+    assert "paired_gain_points" not in learning.verdict([point(0, 0.5), point(4, 0.6)], "id")
