@@ -103,8 +103,9 @@ TARGETS: list[tuple[str, str, Callable[[dict[str, Any]], float], float, str, str
         generation_speed_over_generate,
         3.0,
         "min",
-        "decoding runs one token per forward over batches of at most 24 answers (2-13 % MFU): "
-        "larger decode batches across tasks",
+        "decoding, at 6-13 % MFU (one token per forward over batches of at most 32 answers, "
+        "where generate decodes the same batches): a decode step with less per-token Python "
+        "(a static KV cache, torch.compile) and larger decode batches across tasks",
     ),
     (
         "policy and RM update MFU (of the measured matmul peak)",
@@ -112,9 +113,9 @@ TARGETS: list[tuple[str, str, Callable[[dict[str, Any]], float], float, str, str
         update_mfu,
         0.5,
         "min",
-        "the backward pass (39 % MFU): PEFT's float32 adapters beside bfloat16 weights copy "
-        "every adapted layer's input and output between dtypes (about a fifth of a step in "
-        "the profiler); then larger micro-batches than 4",
+        "the backward pass (the lowest part, 30-35 % MFU): PEFT's float32 adapters beside "
+        "bfloat16 weights copy every adapted layer's input and output between dtypes; then "
+        "larger micro-batches than the demo's 4 rows (an update of 8 samples is small work)",
     ),
     (
         "outcome-only round / TRL GRPOTrainer step, SmolLM2 (equal work)",
