@@ -94,8 +94,9 @@ TARGETS: list[tuple[str, str, Callable[[dict[str, Any]], float], float, str, str
         round_seconds,
         60.0,
         "max",
-        "decoding, the largest part of rollout, scoring and acceptance (3-15 % MFU, one token "
-        "per forward over batches of at most 32 answers): larger decode batches across tasks",
+        "decoding, 18.5 of the round's 61.5 s at 1-13 % MFU (one token per forward over "
+        "batches of at most 32 answers): larger decode batches across tasks; the host matters "
+        "(the same code took 53.8 s where the bfloat16 matmul peak was 418 GFLOP/s, not 378)",
     ),
     (
         "rollout + RM scoring tokens/s over plain batched generate",
@@ -113,7 +114,7 @@ TARGETS: list[tuple[str, str, Callable[[dict[str, Any]], float], float, str, str
         update_mfu,
         0.5,
         "min",
-        "the backward pass (the lowest part, 30-35 % MFU): PEFT's float32 adapters beside "
+        "the backward pass (the lowest part, 26-31 % MFU): PEFT's float32 adapters beside "
         "bfloat16 weights copy every adapted layer's input and output between dtypes; then "
         "larger micro-batches than the demo's 4 rows (an update of 8 samples is small work)",
     ),
