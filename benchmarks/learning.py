@@ -98,16 +98,15 @@ def verdict(curve: list[dict[str, Any]], split: str, run_dir: Path | None = None
         "gain_points": 100.0 * (last["accuracy"] - first["accuracy"]),
         "intervals_apart": last["ci_low"] > first["ci_high"] or last["ci_high"] < first["ci_low"],
     }
-    before, after = (
-        (per_task(run_dir, first_step, split), per_task(run_dir, last_step, split))
-        if run_dir is not None
-        else (None, None)
-    )
-    if before is not None and after is not None:
-        both = before.index.intersection(after.index)
-        paired = paired_difference(after[both].to_numpy(), before[both].to_numpy())
-        found["paired_gain_points"] = [round(100.0 * v, 2) for v in paired]
-        found["paired_tasks"] = len(both)
+    if run_dir is None:
+        return found
+    before, after = per_task(run_dir, first_step, split), per_task(run_dir, last_step, split)
+    if before is None or after is None:
+        return found
+    both = before.index.intersection(after.index)
+    paired = paired_difference(after[both].to_numpy(), before[both].to_numpy())
+    found["paired_gain_points"] = [round(100.0 * v, 2) for v in paired]
+    found["paired_tasks"] = len(both)
     return found
 
 

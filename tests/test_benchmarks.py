@@ -12,7 +12,10 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
+import learning
 import round_profile
+
+from rlanything_core.base.schemas import rows_frame, write_dataset
 
 
 def _llama() -> LlamaForCausalLM:
@@ -96,9 +99,6 @@ def test_learning_verdict_pairs_the_first_and_last_curve_points_by_task(tmp_path
     (after − before): a 1 − 0, b 0.5 − 0, c 1 − 1, d 0 − 1 → d = (1, 0.5, 0, −1), mean 0.125;
     Σ((d − 0.125)/4)² = (0.875² + 0.375² + 0.125² + 1.125²)/16 = 2.1875/16, × 4/3 → √0.18229 =
     0.42696, × 1.96 = 0.83684: 12.5 [−71.2, +96.2] points on 4 tasks."""
-    import learning
-
-    from rlanything_core.base.schemas import rows_frame, write_dataset
 
     def step(task: str, rollout: int, outcome: int) -> dict[str, object]:
         return {
