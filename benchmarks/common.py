@@ -62,10 +62,16 @@ def save(out: str | Path, result: dict[str, Any]) -> None:
 
 
 def git_commit() -> str:
-    """The repository's HEAD, short (the code a result was measured with)."""
-    return subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
-    ).stdout.strip()
+    """The repository's HEAD, short (the code a result was measured with). A copy of the tree
+    without its git history (the GPU machine's) names it in RLANYTHING_COMMIT."""
+    if named := os.environ.get("RLANYTHING_COMMIT"):
+        return named
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+        ).stdout.strip()
+    except FileNotFoundError:  # no git installed
+        return ""
 
 
 PSS_EVERY = 10
