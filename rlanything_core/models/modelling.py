@@ -275,23 +275,25 @@ def _decode_batch(
                 if allowed is not None and bool(allowed.any()):
                     logits[i].masked_fill_(~allowed.to(logits.device), float("-inf"))
         logp = torch.log_softmax(logits / temperature if temperature > 0 else logits, dim=-1)
-        if temperature > 0:
+        if temperature > 0:  # each row from its own generator; the draws stay on the device
             probs = logp.exp()
-            nxt = [
-                int(torch.multinomial(probs[i], 1, generator=generators[i])) for i in range(batch)
-            ]
+            picked = torch.cat(
+                [torch.multinomial(probs[i], 1, generator=generators[i]) for i in range(batch)]
+            )  # (B,)
         else:
-            nxt = logp.argmax(dim=-1).tolist()
+            picked = logp.argmax(dim=-1)
+        # one copy to the host per token, not two per row (each a GPU synchronization)
+        nxt, picked_logp = picked.tolist(), logp.gather(-1, picked[:, None])[:, 0].tolist()
         if top_logprobs > 0:
-            top_lp, top_ids = logp.topk(top_logprobs, dim=-1)  # (B, k)
+            top_lp, top_ids = (t.tolist() for t in logp.topk(top_logprobs, dim=-1))  # (B, k)
         for i in range(batch):
             if finished[i]:
                 nxt[i] = pad_id
                 continue
             tokens[i].append(nxt[i])
-            logprobs[i].append(float(logp[i, nxt[i]]))
+            logprobs[i].append(picked_logp[i])
             if top_logprobs > 0:
-                tops[i].append(list(zip(top_ids[i].tolist(), top_lp[i].tolist(), strict=True)))
+                tops[i].append(list(zip(top_ids[i], top_lp[i], strict=True)))
             if nxt[i] in stop:
                 finished[i], ended[i] = True, "eos"
             elif on_token is not None and on_token(
