@@ -7,7 +7,9 @@ accuracy, their mean ± std, and the 95 % interval of all seeds' episodes togeth
 Each RUN_DIR is a run trained with `evaluation.every` (its eval/step_NNN/). Where every run's
 step-0 evaluation is the same measurement (the runs share a warm start and the evaluation seeds,
 so their step-0 rollouts are identical), it is counted once: pooling it per seed would count one
-measurement several times and narrow its interval.
+measurement several times and narrow its interval. Each later step also gets the paired gain over
+step 0 on the tasks every seed played at both (`paired_gain`): a paired test of the seeds
+together.
 """
 
 from __future__ import annotations
@@ -17,12 +19,28 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 from common import save
+from learning import per_task
 
 from flows.ablate import pooled_intervals
 from rlanything_core.base.schemas import read_dataset
+from rlanything_core.method.stats import Estimate, paired_difference
 
 KEY = "eval/{split}/policy_accuracy"
+
+
+def paired_gain(befores: list[pd.Series], afters: list[pd.Series]) -> Estimate:
+    """The gain of `afters` over `befores`, one pair of per-task accuracies per seed, paired by
+    task: d_t = the mean over seeds of (after_t − before_t) on the tasks every seed played at
+    both points, and D = mean_t d_t with `stats.paired_difference`'s interval, tasks as units
+    (a task's seeds are averaged first, so a task that is easy for every seed counts once)."""
+    tasks = befores[0].index
+    for series in [*befores, *afters]:
+        tasks = tasks.intersection(series.index)
+    after = np.mean([a[tasks].to_numpy(dtype=float) for a in afters], axis=0)
+    before = np.mean([b[tasks].to_numpy(dtype=float) for b in befores], axis=0)
+    return paired_difference(after, before)
 
 
 def main() -> None:
@@ -44,10 +62,11 @@ def main() -> None:
     lines = [
         "| rounds done | "
         + " | ".join(f"seed run {i}" for i in range(len(runs)))
-        + " | mean ± std | pooled [95 % CI] | episodes |",
-        "|---|" + "---|" * (len(runs) + 3),
+        + " | mean ± std | pooled [95 % CI] | episodes | paired gain over step 0 [95 % CI] |",
+        "|---|" + "---|" * (len(runs) + 4),
     ]
     curve = []
+    befores = [per_task(r, steps[0], args.split) for r in runs]
     for step in steps:
         frames = {
             i: read_dataset(
@@ -64,13 +83,20 @@ def main() -> None:
         chosen = {0: frames[0]} if same else frames
         pooled = pooled_intervals({i: {args.split: (f, None)} for i, f in chosen.items()}, 1)[key]
         episodes = sum(len(f.drop_duplicates(["task_id", "rollout_idx"])) for f in chosen.values())
+        afters = [per_task(r, step, args.split) for r in runs]
+        paired, cell = None, "–"
+        if step != steps[0] and all(x is not None for x in [*befores, *afters]):
+            paired = paired_gain(befores, afters)  # type: ignore[arg-type]
+            cell = f"{paired[0] * 100:+.1f} [{paired[1] * 100:+.1f}, {paired[2] * 100:+.1f}]"
         curve.append({"step": step, "per_seed": accs, "mean": float(np.mean(accs)),
                       "std": float(np.std(accs)), "pooled": pooled, "episodes": episodes,
-                      "one_measurement": same})  # fmt: skip
+                      "one_measurement": same,
+                      "paired_gain": None if paired is None else list(paired)})  # fmt: skip
         lines.append(
             f"| {step} | " + " | ".join(f"{a * 100:.1f}" for a in accs)
             + f" | {np.mean(accs) * 100:.1f} ± {np.std(accs) * 100:.1f} | "
-            f"{pooled[0] * 100:.1f} [{pooled[1] * 100:.1f}, {pooled[2] * 100:.1f}] | {episodes} |"
+            f"{pooled[0] * 100:.1f} [{pooled[1] * 100:.1f}, {pooled[2] * 100:.1f}] | {episodes}"
+            f" | {cell} |"
         )  # fmt: skip
     save(Path(args.out), {"benchmark": "learning-seeds", "runs": [str(r) for r in runs],
                           "split": args.split, "curve": curve})  # fmt: skip

@@ -13,6 +13,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import learning
+import pandas as pd
+import pool_seeds
 import round_profile
 
 from rlanything_core.base.schemas import rows_frame, write_dataset
@@ -132,3 +134,18 @@ def test_learning_verdict_pairs_the_first_and_last_curve_points_by_task(tmp_path
     assert high == pytest.approx(12.5 + 83.68, abs=0.01)
     # without the run directory (or the step's episodes) there is no pairing
     assert "paired_gain_points" not in learning.verdict([point(0, 0.5), point(4, 0.6)], "id")
+
+
+def test_pool_seeds_pairs_each_task_averaged_over_the_seeds() -> None:
+    """Worked by hand: two seeds; seed 0 played tasks a, b, c, seed 1 also d (dropped: not every
+    seed played it). Per seed (after − before): seed 0 (1, 0, 0), seed 1 (1, 0, 0) → per task
+    d = (1, 0, 0), mean 1/3; Σ((d − 1/3)/3)² = (4 + 1 + 1)/81, × 3/2 = 1/9 → √ = 1/3, × 1.96:
+    0.333 [−0.320, +0.987]."""
+    before = [pd.Series({"a": 0.0, "b": 1.0, "c": 0.0}),
+              pd.Series({"a": 0.0, "b": 0.0, "c": 1.0, "d": 0.0})]  # fmt: skip
+    after = [pd.Series({"c": 0.0, "a": 1.0, "b": 1.0}),
+             pd.Series({"a": 1.0, "b": 0.0, "c": 1.0, "d": 1.0})]  # fmt: skip
+    value, low, high = pool_seeds.paired_gain(before, after)
+    assert value == pytest.approx(1 / 3)
+    assert low == pytest.approx(1 / 3 - 1.96 / 3, abs=1e-3)
+    assert high == pytest.approx(1 / 3 + 1.96 / 3, abs=1e-3)
