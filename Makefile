@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 
-.PHONY: setup sandbox-tools browser vllm-env run test lint format clean bench ablation ablation-textworld
+.PHONY: setup sandbox-tools browser vllm-env run test test-gpu lint format clean bench ablation ablation-textworld
 
 setup: $(STAMP) sandbox-tools browser
 
@@ -50,6 +50,10 @@ run: setup
 
 test: setup lint
 	$(BIN)/python -m pytest -q
+
+# The CUDA tests alone (tests/test_cuda.py; `make test` skips them where there is no GPU).
+test-gpu: setup
+	$(BIN)/python -m pytest -m gpu -v -s tests/test_cuda.py
 
 # benchmarks/: JSON results in benchmarks/results (needs the `bench` extra: TRL, psutil).
 bench: setup
