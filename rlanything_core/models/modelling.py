@@ -282,7 +282,8 @@ def _decode_batch(
             )  # (B,)
         else:
             picked = logp.argmax(dim=-1)
-        # one copy to the host per token, not two per row (each a GPU synchronization)
+        # two copies to the host per token (tokens, log-probs), not two per row: each copy is a
+        # GPU synchronization
         nxt, picked_logp = picked.tolist(), logp.gather(-1, picked[:, None])[:, 0].tolist()
         if top_logprobs > 0:
             top_lp, top_ids = (t.tolist() for t in logp.topk(top_logprobs, dim=-1))  # (B, k)
