@@ -21,9 +21,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from common import save
-from learning import per_task
 
-from flows.ablate import pooled_intervals
+from flows.ablate import per_task_accuracy, pooled_intervals
 from rlanything_core.base.schemas import read_dataset
 from rlanything_core.method.stats import Estimate, paired_difference
 
@@ -66,7 +65,7 @@ def main() -> None:
         "|---|" + "---|" * (len(runs) + 4),
     ]
     curve = []
-    befores = [per_task(r, steps[0], args.split) for r in runs]
+    befores: list[pd.Series] = []
     for step in steps:
         frames = {
             i: read_dataset(
@@ -83,10 +82,14 @@ def main() -> None:
         chosen = {0: frames[0]} if same else frames
         pooled = pooled_intervals({i: {args.split: (f, None)} for i, f in chosen.items()}, 1)[key]
         episodes = sum(len(f.drop_duplicates(["task_id", "rollout_idx"])) for f in chosen.values())
-        afters = [per_task(r, step, args.split) for r in runs]
+        by_task = [
+            per_task_accuracy({0: {args.split: (f, None)}}, args.split) for f in frames.values()
+        ]
         paired, cell = None, "–"
-        if step != steps[0] and all(x is not None for x in [*befores, *afters]):
-            paired = paired_gain(befores, afters)  # type: ignore[arg-type]
+        if step == steps[0]:
+            befores = by_task
+        else:
+            paired = paired_gain(befores, by_task)
             cell = f"{paired[0] * 100:+.1f} [{paired[1] * 100:+.1f}, {paired[2] * 100:+.1f}]"
         curve.append({"step": step, "per_seed": accs, "mean": float(np.mean(accs)),
                       "std": float(np.std(accs)), "pooled": pooled, "episodes": episodes,

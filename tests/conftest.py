@@ -46,3 +46,19 @@ def served(base: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serv
         serve_command(base, port, name="judge", device="cpu"), port=port, log_path=log
     ) as s:
         yield s
+
+
+@pytest.fixture(scope="module")
+def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Prefect's test harness (a temporary server) and MLflow on a temporary SQLite store, for
+    a test module's flows (tests/test_flows.py, tests/test_cuda.py)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    mp = pytest.MonkeyPatch()
+    home = tmp_path_factory.mktemp("prefect-home")
+    mp.setenv("PREFECT_HOME", str(home))
+    mp.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{home / 'mlflow.db'}")
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+    mp.undo()

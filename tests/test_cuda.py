@@ -4,7 +4,6 @@ machine with `python -m pytest -m gpu -v` (results in benchmarks/results/gpu/)."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from rlanything_core.base.generation import Messages
+from rlanything_core.method.prompts import policy_messages
 from rlanything_core.models.checkpoints import save_checkpoint
 from rlanything_core.models.config import UpdateConfig
 from rlanything_core.models.loading import load_model, resolve_source
@@ -37,8 +37,6 @@ GOALS = ["take the mug", "open the drawer", "look around the study", "go to the 
 
 
 def _prompts() -> list[Messages]:
-    from rlanything_core.method.prompts import policy_messages
-
     return [policy_messages(g, [], "You are in the study.", ACTIONS) for g in GOALS]
 
 
@@ -127,20 +125,8 @@ def test_an_update_on_cuda_moves_the_policy_as_on_the_cpu(tmp_path: Path) -> Non
     assert abs(losses["cuda"] - losses["cpu"]) < 1e-4, losses
 
 
-@pytest.fixture
-def harness(tmp_path: Path) -> Iterator[None]:
-    from prefect.testing.utilities import prefect_test_harness
-
-    mp = pytest.MonkeyPatch()
-    mp.setenv("PREFECT_HOME", str(tmp_path / "prefect-home"))
-    mp.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
-    mp.undo()
-
-
-def test_two_rounds_of_the_tiny_config_train_on_cuda(tmp_path: Path, harness: None) -> None:
+@pytest.mark.usefixtures("prefect_harness")
+def test_two_rounds_of_the_tiny_config_train_on_cuda(tmp_path: Path) -> None:
     """configs/tiny.yaml with every model on the GPU: both rounds finish every stage on it, and
     the policy's and the RM's checkpoints move from where they started and load on a CPU."""
     from flows.train import rlanything_train

@@ -19,7 +19,6 @@ import pandas as pd
 import pytest
 import torch
 from prefect.client.orchestration import get_client
-from prefect.testing.utilities import prefect_test_harness
 from safetensors.torch import load_file
 
 import tasks.playing
@@ -47,16 +46,7 @@ STAGES = [t.name for t in tasks.stages.STAGES]
 ROUND_FILES = [n for n in SCHEMAS if n not in ("sft_samples", "expert_set")]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    mp = pytest.MonkeyPatch()
-    home = tmp_path_factory.mktemp("prefect-home")
-    mp.setenv("PREFECT_HOME", str(home))
-    mp.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{home / 'mlflow.db'}")
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
-    mp.undo()
+pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 
 def tiny(rounds: int, **updates: Any) -> RunConfig:
