@@ -33,6 +33,7 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,13 @@ import torch
 from prefect import flow, task
 from prefect.task_runners import ProcessPoolTaskRunner
 
-from flows.evaluate import SPLITS, policy_metrics, reward_model_metrics, rlanything_eval
+from flows.evaluate import (
+    SPLITS,
+    held_out_digest,
+    policy_metrics,
+    reward_model_metrics,
+    rlanything_eval,
+)
 from flows.tracking import plot_heldout, plot_rows
 from flows.train import rlanything_train
 from rlanything_core.base.atomic import atomic_path
@@ -288,40 +295,50 @@ def _evaluated(cell: Cell) -> Path:
     last round (Before: the starting ones). Where the learning curve's last point covers both
     splits it is that evaluation; where it covers some (`evaluation.curve_splits`), only the
     others are played, and the curve's splits are taken from it (`_adopt`): the same models,
-    tasks and evaluation seeds would play the same episodes again."""
+    tasks and evaluation seeds would play the same episodes again. A stored evaluation whose
+    split played other episodes than the config asks for (`_current`: another count, another
+    `held_out_digest`, e.g. new `evaluation.ood_options`) is moved to eval.stale and that split
+    played again; its current splits are kept."""
     config, mode, run = cell.config, cell.row.mode, cell.run
     last = run.root / "eval" / f"step_{config.rounds:03d}"
-    covered = (
-        [s for s in SPLITS if s in config.evaluation.curve_splits]
-        if mode is not None and (last / "eval.json").is_file()
-        else []
-    )
+    covered = [
+        s
+        for s in SPLITS
+        if mode is not None and s in config.evaluation.curve_splits and _current(last, config, s)
+    ]
     if covered == list(SPLITS):
         return last
     evaluated = cell.root / "eval"
-    if (evaluated / "eval.json").is_file() and not _current(evaluated, config):
-        stale = evaluated.with_name("eval.stale")  # kept, not deleted: one older evaluation
+    kept = [s for s in SPLITS if s not in covered and _current(evaluated, config, s)]
+    if len(covered) + len(kept) == len(SPLITS):
+        return evaluated
+    stale = evaluated.with_name("eval.stale")  # kept, not deleted: one older evaluation
+    if (evaluated / "eval.json").is_file():
         shutil.rmtree(stale, ignore_errors=True)
         evaluated.rename(stale)
-    if not (evaluated / "eval.json").is_file():
-        after = 0 if mode is None else config.rounds
-        rlanything_eval(
-            config=config,
-            policy=run.model_before("policy", after, config.policy.model.source),
-            reward_model=None
-            if mode == "outcome_only"
-            else run.model_before("reward_model", after, config.reward_model.model.source),
-            out_dir=str(evaluated),
-            splits=[s for s in SPLITS if s not in covered],
-        )
-        if covered:
-            _adopt(last, evaluated, covered)
+    else:  # an evaluation stopped before its eval.json: nothing of it is kept
+        shutil.rmtree(evaluated, ignore_errors=True)
+        kept = []
+    after = 0 if mode is None else config.rounds
+    rlanything_eval(
+        config=config,
+        policy=run.model_before("policy", after, config.policy.model.source),
+        reward_model=None
+        if mode == "outcome_only"
+        else run.model_before("reward_model", after, config.reward_model.model.source),
+        out_dir=str(evaluated),
+        splits=[s for s in SPLITS if s not in covered and s not in kept],
+    )
+    if kept:
+        _adopt(stale, evaluated, kept)
+    if covered:
+        _adopt(last, evaluated, covered)
     return evaluated
 
 
-def _adopt(source: Path, evaluated: Path, splits: list[str]) -> None:
-    """Complete the evaluation in `evaluated` with `splits` of the one in `source` (the curve's
-    last point, of the same models): their datasets copied, their metrics merged into eval.json
+def _adopt(source: Path, evaluated: Path, splits: Sequence[str]) -> None:
+    """Complete the evaluation in `evaluated` with `splits` of the one in `source` (of the same
+    models): their datasets copied, their metrics and held-out digests merged into eval.json
     (written last, atomically: an interrupted merge leaves an eval.json without these splits,
     which `_current` finds incomplete and has redone)."""
     for split in splits:
@@ -329,24 +346,33 @@ def _adopt(source: Path, evaluated: Path, splits: list[str]) -> None:
             with atomic_path(evaluated / path.name) as tmp:
                 shutil.copyfile(path, tmp)
     prefixes = tuple(f"eval/{split}/" for split in splits)
-    adopted = {
-        key: value
-        for key, value in json.loads((source / "eval.json").read_text()).items()
-        if key.startswith(prefixes)
-    }
+    stored = json.loads((source / "eval.json").read_text())
+    adopted = {key: value for key, value in stored.items() if key.startswith(prefixes)}
     merged = json.loads((evaluated / "eval.json").read_text()) | adopted
-    write_json(evaluated / "eval.json", merged | {"adopted_from": str(source)})
+    digests = merged.get("held_out", {}) | {
+        split: digest for split, digest in stored.get("held_out", {}).items() if split in splits
+    }
+    write_json(
+        evaluated / "eval.json",
+        merged | {"held_out": digests, "adopted_from": str(source)},
+    )
 
 
-def _current(evaluated: Path, config: RunConfig) -> bool:
-    """Whether a stored evaluation played the episodes the config asks for on every split
-    (an older ablation's Before played fewer)."""
+def _current(evaluated: Path, config: RunConfig, split: str) -> bool:
+    """Whether a stored evaluation played `split`'s episodes as the config asks: as many (an
+    older ablation's Before played fewer) and with the same `held_out_digest`. One stored
+    without digests (before 2026-11-27) played each split as the environment defines it, so
+    its ood split is stale where `evaluation.ood_options` redefine it."""
+    if not (evaluated / "eval.json").is_file():
+        return False
     stored = json.loads((evaluated / "eval.json").read_text())
     ev = config.evaluation
-    return all(
-        stored.get(f"eval/{split}/episodes") == ev.num_tasks * ev.rollouts_per_task
-        for split in SPLITS
-    )
+    if stored.get(f"eval/{split}/episodes") != ev.num_tasks * ev.rollouts_per_task:
+        return False
+    digest = stored.get("held_out", {}).get(split)
+    if digest is None:
+        return split != "ood" or ev.ood_options is None
+    return bool(digest == held_out_digest(config, split))
 
 
 def warm_started(config: RunConfig, run: RunDir, workers: int = 1) -> RunConfig:
@@ -408,7 +434,8 @@ def share_start(before: Path, run: RunDir, config: RunConfig) -> None:
     the same warm-started models, evaluated with the same `evaluation.seed` in every row and
     seed, so each row would only repeat it. Copies the curve's splits (and the RM's judgments
     where the row uses an RM); nothing when step 0 is the run's own evaluation or already this
-    copy of Before's (a copy of an older Before evaluation is replaced)."""
+    copy of Before's (a copy of an older Before evaluation, of other episodes or another
+    `held_out_digest`, is replaced)."""
     start = run.root / "eval" / "step_000"
     stored = json.loads((before / "eval.json").read_text())
     prefixes = tuple(f"eval/{split}/" for split in config.evaluation.curve_splits)
@@ -418,10 +445,13 @@ def share_start(before: Path, run: RunDir, config: RunConfig) -> None:
         for key, value in stored.items()
         if key.startswith(prefixes) and (config.uses_reward_model or not key.startswith(rm))
     }
+    splits = config.evaluation.curve_splits
+    kept["held_out"] = {k: v for k, v in stored.get("held_out", {}).items() if k in splits}
     if (start / "eval.json").is_file():
         copied = json.loads((start / "eval.json").read_text())
-        counts = [f"eval/{split}/episodes" for split in config.evaluation.curve_splits]
-        if "shared_from" not in copied or all(copied[k] == kept[k] for k in counts):
+        counts = [f"eval/{split}/episodes" for split in splits]
+        same = all(copied[k] == kept[k] for k in counts)
+        if "shared_from" not in copied or (same and copied.get("held_out", {}) == kept["held_out"]):
             return
     tmp = start.with_name(".step_000.tmp")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -2,7 +2,8 @@
 
 In-domain and out-of-domain sets are generated with `evaluation.seed`, so every checkpoint of
 every run is measured on the same tasks. Writes `<split>_rollouts.parquet`,
-`<split>_judgments.parquet` and `eval.json` to the output directory, and the metrics to MLflow.
+`<split>_judgments.parquet` and `eval.json` (with each split's `held_out_digest`) to the output
+directory, and the metrics to MLflow.
 Every accuracy comes with its 95 % interval (`<metric>_ci_low`, `<metric>_ci_high`), clustered
 by task: episodes, and steps, of one task are correlated (`rlanything_core.method.stats`). With a
 unit-test-writing reward model (coding) it also writes `<split>_unit_tests.parquet` and measures
@@ -11,6 +12,8 @@ UT accuracy and Detect instead of process and outcome accuracy.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -35,11 +38,31 @@ SPLITS = ("id", "ood")
 
 def eval_tasks(config: RunConfig, split: str) -> list[TaskRef]:
     """The held-out task set of `split`: `evaluation.num_tasks` tasks drawn with
-    `evaluation.seed`, the same for every checkpoint of every run."""
+    `evaluation.seed` (the ood split's as `evaluation.ood_options` say), the same for every
+    checkpoint of every run."""
     ev = config.evaluation
     seed = derive_seed(ev.seed, split) % 2**31
-    specs = config.environment.generate(split, ev.num_tasks, seed)  # type: ignore[arg-type]
+    env = config.held_out_environment(split)  # type: ignore[arg-type]
+    specs = list(env.generate(split, ev.num_tasks, seed))  # type: ignore[arg-type]
     return [TaskRef(f"eval-{split}-{i:03d}", 1, s) for i, s in enumerate(specs)]
+
+
+def held_out_digest(config: RunConfig, split: str) -> str:
+    """A digest of what defines `split`'s held-out episodes: the environment and its options
+    (with `evaluation.ood_options` for ood), the tasks' count and seed and the episodes per
+    task. An evaluation stored with another digest played other episodes (`flows.ablate` redoes
+    it)."""
+    env, ev = config.environment, config.evaluation
+    defining = {
+        "environment": env.name,
+        "options": env.options,
+        "ood_options": ev.ood_options if split == "ood" else None,
+        "tasks": ev.num_tasks,
+        "seed": ev.seed,
+        "rollouts_per_task": ev.rollouts_per_task,
+        "split": split,
+    }
+    return hashlib.sha256(json.dumps(defining, sort_keys=True).encode()).hexdigest()[:16]
 
 
 @flow(name="rlanything-eval")
@@ -129,7 +152,11 @@ def rlanything_eval(
             )
             judgments = read_dataset(path, "judgments")
             metrics |= reward_model_metrics(split, rollouts, judgments, config.reward_model.votes)
-    write_json(out / "eval.json", {"policy": policy, "reward_model": reward_model, **metrics})
+    held_out = {split: held_out_digest(config, split) for split in splits}
+    write_json(
+        out / "eval.json",
+        {"policy": policy, "reward_model": reward_model, "held_out": held_out, **metrics},
+    )
     log_evaluation(
         config,
         metrics,

@@ -32,7 +32,7 @@ from flows.ablate import (
     share_start,
     warm_started,
 )
-from flows.evaluate import rlanything_eval
+from flows.evaluate import SPLITS, held_out_digest, rlanything_eval
 from flows.train import rlanything_train
 from rlanything_core.base.schemas import SCHEMAS, read_dataset
 from rlanything_core.models.config import EngineConfig
@@ -580,8 +580,12 @@ def test_before_plays_the_episodes_the_trained_rows_pool(tmp_path: Path) -> None
         (before / "id_rollouts.parquet").write_text(marker)
 
     evaluated(6, "older")
-    assert _current(before, config)  # 3 tasks × 2
-    assert not _current(before, _row_config(config, before_row, 0, 3))
+    assert all(_current(before, config, split) for split in SPLITS)  # 3 tasks × 2
+    assert not _current(before, _row_config(config, before_row, 0, 3), "id")
+    # stored before evaluations had digests: each split as the environment defines it
+    shifted = config.evaluation.model_copy(update={"ood_options": {"num_rooms": [2, 2]}})
+    redefined = config.model_copy(update={"evaluation": shifted})
+    assert _current(before, redefined, "id") and not _current(before, redefined, "ood")
     run, own = RunDir(tmp_path / "run"), RunDir(tmp_path / "own")
     (own.root / "eval" / "step_000").mkdir(parents=True)
     (own.root / "eval" / "step_000" / "eval.json").write_text('{"eval/id/episodes": 6.0}')
@@ -750,7 +754,25 @@ def test_ablate_one_seed_one_round(tmp_path: Path) -> None:
     assert stored["adopted_from"] == str(last) and stored["eval/ood/episodes"] == 2.0
     assert stored["eval/id/episodes"] == 2.0 and (final / "ood_rollouts.parquet").is_file()
     assert json.dumps(rows["Policy"]) == json.dumps(summary["Policy"])
-    assert _current(final, RunConfig.model_validate(data))
+    assert all(_current(final, RunConfig.model_validate(data), split) for split in SPLITS)
+
+    # Other out-of-domain tasks (evaluation.ood_options): the same directory trains nothing
+    # again, and every evaluation plays only the ood split again; the in-domain split and the
+    # curve are kept, the older evaluation moved to eval.stale
+    id_before = (final / "id_rollouts.parquet").read_bytes()
+    data["evaluation"]["ood_options"] = {"num_rooms": [2, 2], "num_distractors": [0, 1]}
+    shifted = RunConfig.model_validate(data)
+    rlanything_ablate(config=shifted, seeds=1, out_dir=str(narrow), rows=["before", "policy"])
+    for cell in ("before", "policy"):
+        evaluation = narrow / cell / "seed_0" / "eval"
+        stored = json.loads((evaluation / "eval.json").read_text())
+        assert stored["held_out"]["ood"] == held_out_digest(shifted, "ood"), cell
+        assert all(_current(evaluation, shifted, split) for split in SPLITS), cell
+        assert (evaluation.with_name("eval.stale") / "eval.json").is_file(), cell
+        ood = read_dataset(evaluation / "ood_rollouts.parquet", "rollouts")
+        assert set(ood["task_id"]) == {"eval-ood-000"} and len(ood) > 0, cell
+    assert (final / "id_rollouts.parquet").read_bytes() == id_before
+    assert json.loads((narrow / "ablation.json").read_text())["invocation"]["runs_trained"] == 0
 
 
 def test_warm_starts_side_by_side_write_the_checkpoints_of_one_after_another(

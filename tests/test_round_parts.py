@@ -308,6 +308,12 @@ def test_run_dir_refuses_a_different_config(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"5 round\(s\) done; rounds: 4"):
         run.init(RunConfig(rounds=4))
     assert load_config(run.config_path) == RunConfig(rounds=5)
+    # other held-out sets do not change what a round trains: the run continues
+    held_out = RunConfig(
+        rounds=5, evaluation={"num_tasks": 40, "ood_options": {"num_rooms": [2, 2]}}
+    )
+    run.init(held_out)
+    assert load_config(run.config_path) == held_out
 
 
 def test_environment_ranges_shape_the_configured_split_only() -> None:
@@ -323,6 +329,42 @@ def test_environment_ranges_shape_the_configured_split_only() -> None:
     # the initial pool and warm starts draw from the same ranges
     pool = initial_pool(env.model_copy(update={"num_tasks": 5}))
     assert {parse_spec(s).num_rooms for s in pool["spec"]} == {1}
+
+
+def test_ood_options_draw_the_out_of_domain_held_out_set() -> None:
+    """`evaluation.ood_options` narrow the ood split as environment options narrow the pool's
+    (here: in-domain targets, put goals, two rooms); the in-domain set is unchanged; an option
+    the environment lacks, or a receptacle it has not, is an error naming the field."""
+    options = {"goals": ["put"], "num_rooms": [1, 1], "num_distractors": [0, 1]}
+    plain = parse_config({"environment": {"options": options}})
+    shifted = parse_config(
+        {
+            "environment": {"options": options},
+            "evaluation": {
+                "ood_options": {
+                    "num_rooms": [2, 2],
+                    "targets": ["countertop", "cabinet", "shelf"],
+                }
+            },
+        }
+    )
+    ood = shifted.held_out_environment("ood").generate("ood", 30, 5)
+    assert {s.goal_type for s in ood} == {"put"}  # the pool's goals, from environment.options
+    assert {s.num_rooms for s in ood} == {2}
+    assert {s.target for s in ood} <= {"countertop", "cabinet", "shelf"}
+    assert max(s.num_distractors for s in ood) <= 1
+    default = plain.held_out_environment("ood").generate("ood", 30, 5)
+    assert {s.goal_type for s in default} <= {"cool_put", "find_two"}
+    assert min(s.num_rooms for s in default) >= 3
+    assert {s.target for s in default}.isdisjoint({"countertop", "cabinet", "shelf"})
+    for split in ("id",):
+        assert shifted.held_out_environment(split).generate(split, 10, 5) == (
+            plain.held_out_environment(split).generate(split, 10, 5)
+        )
+    with pytest.raises(ConfigError, match=r"evaluation.ood_options: .*rooms: Extra inputs"):
+        parse_config({"evaluation": {"ood_options": {"rooms": [2, 2]}}})
+    with pytest.raises(ConfigError, match=r"evaluation.ood_options: .*unknown target .*'moon'"):
+        parse_config({"evaluation": {"ood_options": {"targets": ["moon"]}}})
 
 
 def test_warm_start_demos_box_alone_without_explain() -> None:

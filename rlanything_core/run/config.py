@@ -376,6 +376,12 @@ class EvalConfig(_Strict):
     `every` rounds and after the last round (RUN_DIR/eval/step_NNN/); None = no evaluation."""
     curve_splits: tuple[Literal["id", "ood"], ...] = Field(("id", "ood"), min_length=1)
     """The held-out splits the learning curve evaluates (`rlanything eval` always does both)."""
+    ood_options: dict[str, Any] | None = None
+    """Options that draw the out-of-domain held-out set: `environment.options` updated with
+    these, applied to the ood split as `environment.options` apply to the pool's (household:
+    goals, num_rooms, num_distractors, targets replace the ood split's own). Only how its tasks
+    are drawn; its episodes are played with `environment.options`. None = the environment's own
+    ood split."""
 
 
 class TrackingConfig(_Strict):
@@ -465,6 +471,13 @@ class RunConfig(_Strict):
                 f"{self.adaptation.alpha_low} ≥ {self.adaptation.alpha_high}."
             )
         env = self.environment.env
+        if self.evaluation.ood_options is not None:
+            try:
+                self.held_out_environment("ood")
+            except ValueError as exc:
+                raise ValueError(
+                    f"evaluation.ood_options: {exc}".replace("environment.options.", "")
+                ) from exc
         if self.reward_model.mode == "unit_tests" and not isinstance(env, WritesUnitTests):
             raise ValueError(
                 f"reward_model.mode 'unit_tests' needs an environment whose reward model writes "
@@ -507,6 +520,16 @@ class RunConfig(_Strict):
             if not 0.0 <= low <= high <= 1.0:
                 raise ValueError(f"{name} must satisfy 0 ≤ low ≤ high ≤ 1; got [{low}, {high}].")
         return self
+
+    def held_out_environment(self, split: Literal["id", "ood"]) -> Environment:
+        """The environment that draws `split`'s held-out set: the configured one, or for "ood"
+        with `evaluation.ood_options`, one whose options those update and whose own split is
+        "ood" (so that they narrow it)."""
+        options = self.evaluation.ood_options
+        if split != "ood" or options is None:
+            return self.environment.env
+        env = self.environment
+        return make_environment(env.name, env.options | options, "ood")[0]
 
     @property
     def uses_reward_model(self) -> bool:

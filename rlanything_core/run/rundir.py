@@ -281,12 +281,16 @@ class RunDir:
     def init(self, config: RunConfig) -> None:
         """Write config.yaml, or check that an existing one is the same config. A config that
         differs only in `rounds` continues the run (more rounds) or ends it sooner, but never
-        below the rounds summary.json lists as done; config.yaml then takes the new count."""
+        below the rounds summary.json lists as done; one that differs in `evaluation` (what the
+        held-out sets are, not what a round trains) continues it too, its learning curve's
+        evaluations already done keeping the sets they played (eval.json's `held_out`).
+        config.yaml then takes the new config."""
         if self.config_path.is_file():
             existing = load_config(self.config_path)
             if existing == config:
                 return
-            if existing.model_copy(update={"rounds": config.rounds}) != config:
+            same = {"rounds": config.rounds, "evaluation": config.evaluation}
+            if existing.model_copy(update=same) != config:
                 raise ConfigError(
                     f"{self.root} already holds a run with a different config; continue it with "
                     f"`rlanything resume --run-dir {self.root}` or choose a new --run-dir."

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar, cast
 
-from pydantic import BaseModel
+from pydantic import BaseModel, field_validator
 
 from rlanything_core.envs.demos import Knobs, TextGame
 from rlanything_core.envs.household import world as household
@@ -39,6 +39,23 @@ class HouseholdOptions(TextOptions):
     count: tuple[int, int] | None = None
     """Range of how many objects each goal but find_two asks for, within [1, 3]: every object adds
     a fetch, a process and a delivery, so two make long tasks. None = one."""
+    targets: list[str] | None = None
+    """Receptacle kinds the tasks' objects go to; None = the split's own (id: countertop,
+    cabinet, diningtable, shelf, drawer, sidetable, desk; ood: coffeetable, dresser, sofa, bed,
+    armchair, garbagecan). An out-of-domain set of in-domain targets in other layouts
+    (`evaluation.ood_options`) is one that a small policy, which cannot act on words it never
+    saw, can still be measured on."""
+
+    @field_validator("targets")
+    @classmethod
+    def _known_targets(cls, targets: list[str] | None) -> list[str] | None:
+        unknown = sorted(set(targets or ()) - set(RECEPTACLE_KINDS))
+        if unknown or targets == []:
+            raise ValueError(
+                f"unknown target receptacles {unknown or '(none given)'}; choose among "
+                f"{list(RECEPTACLE_KINDS)}"
+            )
+        return targets
 
 
 class HouseholdEnvironment(TextEnvironment[HouseholdOptions]):
@@ -60,8 +77,8 @@ class HouseholdEnvironment(TextEnvironment[HouseholdOptions]):
         return household.parse_spec(data)
 
     def generate(self, split: Split, n: int, seed: int) -> Sequence[HouseholdSpec]:
-        """The split's tasks; `environment.split`'s are narrowed by `goals`, `num_rooms` and
-        `num_distractors`."""
+        """The split's tasks; `environment.split`'s are narrowed by `goals`, `num_rooms`,
+        `num_distractors`, `count` and `targets`."""
         o = self.options
         if split != self.pool_split:
             return household.generate_specs(split, n, seed=seed, step_slack=o.step_slack)
@@ -74,6 +91,7 @@ class HouseholdEnvironment(TextEnvironment[HouseholdOptions]):
             num_rooms=o.num_rooms,
             num_distractors=o.num_distractors,
             count=o.count,
+            targets=o.targets,
         )
 
     def game(self, spec: TaskSpec) -> TextGame:

@@ -604,23 +604,30 @@ def generate_specs(
     num_rooms: tuple[int, int] | None = None,
     num_distractors: tuple[int, int] | None = None,
     count: tuple[int, int] | None = None,
+    targets: Sequence[str] | None = None,
 ) -> list[HouseholdSpec]:
     """`n` valid task specs.
 
     "id" (in-domain): put / clean / heat goals, 1–2 rooms, 0–4 distractors, common targets.
     "ood" (out-of-domain): cool / find-two goals, 3–4 rooms, 2–6 distractors, targets never used
-    in-domain. `goals`, `num_rooms` and `num_distractors` replace the split's goal types and
-    (inclusive) ranges. `count` draws how many objects each goal (but find_two) asks for, from an
-    inclusive range within [1, 3]; None = one.
+    in-domain. `goals`, `num_rooms`, `num_distractors` and `targets` replace the split's goal
+    types, (inclusive) ranges and target receptacle kinds. `count` draws how many objects each
+    goal (but find_two) asks for, from an inclusive range within [1, 3]; None = one.
     max_steps is the expert's plan length plus `step_slack`.
     """
     rng = random.Random(f"household-{split}-{seed}")
-    goals_, targets, rooms, distractors = (
+    goals_, targets_, rooms, distractors = (
         (ID_GOALS, _ID_TARGETS, (1, 2), (0, 4))
         if split == "id"
         else (OOD_GOALS, _OOD_TARGETS, (3, 4), (2, 6))
     )
     goals, rooms, distractors = goals or goals_, num_rooms or rooms, num_distractors or distractors
+    targets = targets or targets_
+    unknown = sorted(set(targets) - set(RECEPTACLE_KINDS))
+    if unknown:
+        raise SpecError(
+            f"unknown target receptacles {unknown}; choose from {list(RECEPTACLE_KINDS)}."
+        )
     for name, (low, high), bottom, top in (
         ("num_rooms", rooms, 1, MAX_ROOMS),
         ("num_distractors", distractors, 0, MAX_DISTRACTORS),
