@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import learning
 import pandas as pd
+import policy_signal
 import pool_seeds
 import round_profile
 
@@ -149,3 +150,22 @@ def test_pool_seeds_pairs_each_task_averaged_over_the_seeds() -> None:
     assert value == pytest.approx(1 / 3)
     assert low == pytest.approx(1 / 3 - 1.96 / 3, abs=1e-3)
     assert high == pytest.approx(1 / 3 + 1.96 / 3, abs=1e-3)
+
+
+def test_policy_signal_compares_advantage_signs_with_progress_labels(tmp_path: Path) -> None:
+    """Worked by hand: five kept steps (two of them progress) and one dropped. Signs agree on
+    3 of 5; recalls 1/2 (progress) and 2/3 (none), balanced 7/12; the mean advantage of the
+    progress steps (0.25) minus the others' (−1.1/3)."""
+    keys = {"task_id": ["t"] * 6, "task_version": [1] * 6, "rollout_idx": [0] * 6}
+    keys["step_idx"] = list(range(6))
+    pd.DataFrame(
+        keys | {"advantage": [1.0, -0.5, -1.0, 0.2, -0.3, 2.0], "kept": [True] * 5 + [False]}
+    ).to_parquet(tmp_path / "policy_samples.parquet")
+    pd.DataFrame(keys | {"progress": [True, True, False, False, False, True]}).to_parquet(
+        tmp_path / "rollouts.parquet"
+    )
+    signal = policy_signal.round_signal(tmp_path)
+    assert signal["kept"] == 5 and signal["progress_share"] == pytest.approx(0.4)
+    assert signal["sign_agreement"] == pytest.approx(0.6)
+    assert signal["sign_agreement_balanced"] == pytest.approx(7 / 12)
+    assert signal["advantage_gap"] == pytest.approx(0.25 + 1.1 / 3)
