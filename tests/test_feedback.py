@@ -321,3 +321,49 @@ def _one_task(steps: list[tuple[int, int]], **columns: object) -> pd.DataFrame:
             **columns,
         }
     )
+
+
+def test_verdict_weights_give_both_verdicts_the_same_total() -> None:
+    """Worked by hand: 4 kept parsed votes, one "progress" and three "no progress": K = 4, so
+    the one weighs 4/(2·1) = 2 and the three 4/(2·3) = 2/3 each (2 and 2 in all); an unparsed
+    vote and an unkept one keep 1. Kept votes that all agree are left alone."""
+    from rlanything_core.method.signals import verdict_weights
+    from rlanything_core.run.config import ConfigError, parse_config
+
+    verdict = pd.Series([1, -1, -1, -1, None, 1], dtype="Int8")
+    kept = pd.Series([True, True, True, True, True, False])
+    np.testing.assert_allclose(verdict_weights(verdict, kept), [2.0, 2 / 3, 2 / 3, 2 / 3, 1.0, 1.0])
+    same = pd.Series([-1, -1, 1], dtype="Int8")
+    np.testing.assert_allclose(verdict_weights(same, pd.Series([True, True, False])), [1, 1, 1])
+    with pytest.raises(ConfigError, match="balance_verdicts weighs judge verdicts"):
+        parse_config(
+            {
+                "environment": {"name": "coding"},
+                "reward_model": {"mode": "unit_tests", "balance_verdicts": True},
+            }
+        )
+
+
+def test_rm_samples_balance_weighs_the_kept_votes() -> None:
+    """One won step judged 1, 1, −1: R = 1 + 1/3, rewards R·S standardized over the 3 votes;
+    with `balance` the two "progress" votes weigh 3/(2·2) and the "no progress" one 3/(2·1)."""
+    from rlanything_core.method.signals import policy_samples, rm_samples, verdict_matrix
+
+    rollouts = _one_task(
+        [(0, 0)], outcome=[1], action_valid=True, progress=[True], num_steps=[1], prompt=["A"]
+    )
+    judgments = pd.concat([rollouts] * 3, ignore_index=True)[
+        ["round", "task_id", "task_version", "rollout_idx", "step_idx", "seed", "checkpoint"]
+    ].assign(vote_idx=[0, 1, 2], verdict=[1, 1, -1])
+    s = verdict_matrix(rollouts, judgments, 3)
+    policy, _ = policy_samples(
+        rollouts, s, lam=1.0, estimator="step", singleton="raw", eps=EPS, band=(0.0, 1.0),
+        drop_zero_advantage=False,
+    )  # fmt: skip
+    kwargs = {"parse_failure_penalty": -2.0, "eps": EPS, "band": (0.0, 1.0)}
+    plain, metrics = rm_samples(rollouts, judgments, s, policy, **kwargs)
+    balanced, _ = rm_samples(rollouts, judgments, s, policy, balance=True, **kwargs)
+    assert plain["kept"].all() and metrics["reward_model/kept_progress_verdicts"] == 2 / 3
+    np.testing.assert_allclose(
+        balanced["advantage"], plain["advantage"].to_numpy() * [0.75, 0.75, 1.5]
+    )

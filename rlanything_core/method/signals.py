@@ -122,6 +122,7 @@ def rm_samples(
     eps: float,
     band: tuple[float, float],
     outcome_weight: float = 1.0,
+    balance: bool = False,
 ) -> tuple[pd.DataFrame, dict[str, float]]:
     """Consistency rewards R·S and their advantages over the m votes of each step (rm_samples).
 
@@ -129,7 +130,8 @@ def rm_samples(
     outcome by `outcome_weight` w < 1, (1 − w)·O is added back, so that the step-only policy
     signal does not make the RM's reward its own verdicts. Votes of tasks outside the accuracy
     `band`, and votes with advantage 0, stay with kept=False. `verdicts`: the (N, m)
-    `verdict_matrix` of `rollouts` (whose rows `policy` keeps, in their order).
+    `verdict_matrix` of `rollouts` (whose rows `policy` keeps, in their order). With `balance`
+    the kept votes' advantages are weighed by `verdict_weights`.
     """
     steps = policy[[*STEP_KEY, "reward", "task_accuracy"]].reset_index(drop=True)
     outcome = policy["outcome"].to_numpy(dtype=np.float64)
@@ -147,6 +149,8 @@ def rm_samples(
     kept = in_accuracy_band(votes_df["task_accuracy"], *band) & (adv != 0.0)
     votes_df["kept"] = kept
     votes_df["advantage"] = np.where(kept, adv, 0.0)
+    if balance:
+        votes_df["advantage"] *= verdict_weights(votes_df["verdict"], kept)
     votes_df = votes_df.drop(columns="_row")
 
     parsed = votes_df["verdict"].notna()
@@ -156,11 +160,29 @@ def rm_samples(
         "reward_model/parse_failure_rate": float((~parsed).mean()) if len(parsed) else 0.0,
         "reward_model/vote_agreement": float(agree.mean()) if len(agree) else 0.0,
         "reward_model/kept_samples": float(kept.sum()),
+        "reward_model/kept_progress_verdicts": float((votes_df.loc[kept, "verdict"] > 0).mean())
+        if kept.any()
+        else 0.0,
     }
     judged = judge_metrics(rollouts, verdicts)
     for name in ROUND_JUDGE_METRICS:
         metrics[f"reward_model/{name}"] = judged[name]
     return votes_df, metrics
+
+
+def verdict_weights(verdict: pd.Series, kept: np.ndarray | pd.Series) -> np.ndarray:
+    """Weights that give the kept votes of each verdict the same total: a kept vote of verdict
+    v weighs K / (2·K_v), K kept parsed votes of which K_v say v, so each verdict's votes weigh
+    K/2 together. 1 for the rest: unparsed or unkept votes, and every vote where the kept ones
+    all say the same (nothing to balance)."""
+    weights = np.ones(len(verdict))
+    values = verdict.to_numpy(dtype=np.float64, na_value=np.nan)
+    parsed = np.asarray(kept, dtype=bool) & ~np.isnan(values)
+    says = [parsed & (values == v) for v in (1, -1)]
+    if all(mask.any() for mask in says):
+        for mask in says:
+            weights[mask] = parsed.sum() / (2 * mask.sum())
+    return weights
 
 
 def task_key(frame: pd.DataFrame) -> pd.Series:

@@ -270,9 +270,20 @@ class RewardModelConfig(_Strict):
     """Reward of a verdict that cannot be parsed. Reference: −2."""
     accuracy_band: tuple[float, float] = (0.2, 0.8)
     """Train the RM only on tasks whose round accuracy is in [low, high]. METHOD.md: [0.2, 0.8]."""
+    balance_verdicts: bool = False
+    """Judge mode: weigh the update's kept votes so that each verdict's votes carry the same
+    total weight (`signals.verdict_weights`). False (the paper): consistency feedback
+    reinforces the verdict that agrees with the outcome, and where most episodes fail that is
+    mostly "no progress", so a judge can learn the class prior rather than the steps (TextWorld
+    ablation: process accuracy 73.9 → 77.2 % while balanced fell 76.7 → 67.6 %)."""
 
     @model_validator(mode="after")
     def _choosing_verdicts(self) -> RewardModelConfig:
+        if self.balance_verdicts and self.mode != "judge":
+            raise ValueError(
+                "reward_model.balance_verdicts weighs judge verdicts, but reward_model.mode is "
+                f"{self.mode!r}; remove balance_verdicts"
+            )
         if self.answers != "choose":
             return self
         if self.model.engine.kind != "hf":
