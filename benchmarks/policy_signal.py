@@ -14,6 +14,7 @@ measure's mean over seeds per row (an ablation's ROW/seed_N/run) and round.
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ import pandas as pd
 from common import save
 
 from rlanything_core.base.schemas import STEP_KEY
+from rlanything_core.method.stats import balanced_accuracy
 
 
 def round_signal(round_dir: Path) -> dict[str, Any]:
@@ -30,20 +32,13 @@ def round_signal(round_dir: Path) -> dict[str, Any]:
     kept = joined[joined["kept"]]
     progress = kept["progress"].astype(bool)
     up, down = kept["advantage"] > 0, kept["advantage"] < 0
-    recall_progress = float(up[progress].mean()) if progress.any() else None
-    recall_none = float(down[~progress].mean()) if (~progress).any() else None
-    both = (
-        None
-        if recall_progress is None or recall_none is None
-        else ((recall_progress + recall_none) / 2)
-    )
+    agree = (up & progress) | (down & ~progress)
+    balanced = balanced_accuracy(agree, progress, kept["task_id"]).value  # nan: a class absent
     return {
         "kept": len(kept),
         "progress_share": float(progress.mean()) if len(kept) else None,
-        "sign_agreement": float(((up & progress) | (down & ~progress)).mean())
-        if len(kept)
-        else None,
-        "sign_agreement_balanced": both,
+        "sign_agreement": float(agree.mean()) if len(kept) else None,
+        "sign_agreement_balanced": None if math.isnan(balanced) else balanced,
         "advantage_gap": float(
             kept.loc[progress, "advantage"].mean() - kept.loc[~progress, "advantage"].mean()
         )
