@@ -39,6 +39,7 @@ def _update(
                 eos_id=eos,
                 max_samples=update.max_samples,
                 seed=derive_seed(config.seed, role, "subset", r),
+                with_sampler_logprobs=update.old_logprobs == "sampler",
             ),
             update,
             device=model.device,

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import random
 import warnings
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
@@ -31,6 +33,7 @@ from rlanything_core.models.modelling import (
     shared_prefix_length,
     with_eos,
 )
+from rlanything_core.models.training import select_samples
 
 PROMPTS = [
     policy_messages(
@@ -203,6 +206,55 @@ def test_one_generation_and_update_changes_parameters(lora_rank: int) -> None:
         assert all("lora" in n for n in changed)
     assert metrics["samples"] == 3 and torch.isfinite(torch.tensor(metrics["loss"]))
     assert metrics["grad_norm"] > 0
+
+
+@pytest.mark.parametrize(("dtype", "bound"), [("float32", 1e-4), ("bfloat16", 0.05)])
+def test_sampler_logprobs_as_old_ones_bound_the_update(dtype: str, bound: float) -> None:
+    """`update.old_logprobs: sampler`: π_old is the sampler's log-probs instead of a recompute.
+    They differ from the trainer's by the sampler's numerics; bounded here, per token (the
+    reported gap), on the update's loss and on the direction every parameter moves. A response
+    the sampler cut at max_new_tokens (EOS appended) has no log-prob for its EOS: recomputed."""
+    torch.manual_seed(0)
+    model, tok = load_model("tiny", device="cpu", dtype=dtype, trainable=True)
+    answers = [["look", "go to sinkbasin 1"], ["look", "examine shelf 1"], ["inventory", "look"]]
+    chosen = choose_answers(model, tok, PROMPTS, answers, [1, 2, 3], temperature=1.0)
+    cut = generate(model, tok, PROMPTS[:1], [4], max_new_tokens=3, temperature=1.0)[0]
+    assert cut.finish_reason == "length" and len(cut.logprobs) == 3
+    samples = [
+        TrainSample(g.prompt_token_ids, g.token_ids, adv, g.logprobs)
+        for g, adv in zip(chosen, [1.0, -1.0, 0.5], strict=True)
+    ]
+    samples.append(
+        TrainSample(
+            cut.prompt_token_ids, with_eos(cut.token_ids, tok.eos_token_id), -0.5, cut.logprobs
+        )
+    )
+    before = _state(model)
+    results = {}
+    for reuse in (False, True):
+        trained = copy.deepcopy(model)
+        metrics = ppo_update(
+            trained,
+            make_optimizer(trained, lr=1e-3),
+            samples,
+            pad_id=tok.pad_token_id,
+            optimizer_steps=2,
+            micro_batch_size=1,
+            epochs=2,
+            reuse_sampler_logprobs=reuse,
+        )
+        moved = torch.cat(
+            [(v.float() - before[k].float()).flatten() for k, v in _state(trained).items()]
+        )
+        results[reuse] = (metrics, moved)
+    (recomputed, moved_recomputed), (reused, moved_reused) = results[False], results[True]
+    assert "sampler_logprob_gap" not in recomputed
+    assert reused["old_logprobs_from_sampler"] == 0.75  # the cut response's recomputed
+    assert 0 <= reused["sampler_logprob_gap"] <= bound
+    assert abs(reused["loss"] - recomputed["loss"]) <= bound
+    assert abs(reused["ratio_mean"] - recomputed["ratio_mean"]) <= bound
+    cosine = torch.nn.functional.cosine_similarity(moved_reused, moved_recomputed, dim=0)
+    assert cosine >= 1 - 10 * bound, cosine
 
 
 def test_with_eos_appends_only_when_missing() -> None:
@@ -557,3 +609,43 @@ def test_answers_packed_after_their_prompt_score_as_with_a_cache_copy_per_answer
     for got, want in zip(packed, copied, strict=True):
         for g, w in zip(got, want, strict=True):
             torch.testing.assert_close(torch.tensor(g), torch.tensor(w), atol=1e-5, rtol=0)
+
+
+def test_select_samples_carries_the_sampler_logprobs_only_where_asked() -> None:
+    keys = ["task_id", "step_idx"]
+    signals = pd.DataFrame(
+        {
+            "task_id": ["a", "a", "b"],
+            "step_idx": [0, 1, 0],
+            "kept": [True, False, True],
+            "advantage": [1.0, 2.0, -1.0],
+        }
+    )
+    texts = pd.DataFrame(
+        {
+            "task_id": ["a", "a", "b"],
+            "step_idx": [0, 1, 0],
+            "prompt_token_ids": [[5], [6], [7]],
+            "response_token_ids": [[8, 2], [9], [10]],
+            "sampler_logprobs": [[-0.1, -0.2], [-0.3], [-0.4]],
+        }
+    )
+    plain = select_samples(signals, texts, keys, eos_id=2, max_samples=None, seed=0)
+    assert [(s.response_ids, s.old_logprobs) for s in plain] == [([8, 2], None), ([10, 2], None)]
+    reused = select_samples(
+        signals, texts, keys, eos_id=2, max_samples=None, seed=0, with_sampler_logprobs=True
+    )
+    assert [s.old_logprobs for s in reused] == [pytest.approx([-0.1, -0.2]), pytest.approx([-0.4])]
+    # b's response gained an EOS the sampler never drew: one log-prob short, so recomputed
+    assert modelling.sampler_logprobs(reused[:1], torch.device("cpu")) is not None
+    assert modelling.sampler_logprobs(reused, torch.device("cpu")) is None
+    with pytest.raises(ValueError, match=r"no sampler_logprobs column.*old_logprobs: recompute"):
+        select_samples(
+            signals,
+            texts.drop(columns="sampler_logprobs"),
+            keys,
+            eos_id=2,
+            max_samples=None,
+            seed=0,
+            with_sampler_logprobs=True,
+        )

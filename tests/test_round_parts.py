@@ -284,6 +284,8 @@ def test_config_files_load_and_errors_name_the_field(tmp_path: Path) -> None:
         parse_config({"policy": {"model": served, "rollout_workers": 2}})
     with pytest.raises(ConfigError, match=r"reward_model\.accuracy_band must satisfy"):
         parse_config({"reward_model": {"accuracy_band": [0.9, 0.1]}})
+    with pytest.raises(ConfigError, match=r"old_logprobs: 'sampler'.*only the policy's rollouts"):
+        parse_config({"reward_model": {"update": {"old_logprobs": "sampler"}}})
     with pytest.raises(ConfigError, match=r"environment: .*num_rooms range \[2, 1\] is invalid"):
         parse_config({"environment": {"num_rooms": [2, 1]}})
     bad = tmp_path / "bad.yaml"

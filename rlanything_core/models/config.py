@@ -117,6 +117,15 @@ class UpdateConfig(_Strict):
     """Linear learning-rate warmup over the run's first N optimizer steps (counted in the kept
     optimizer's state): a fresh AdamW moves every weight by about lr on its first steps. 0 = none
     (reference). verl: `lr_warmup_steps`."""
+    old_logprobs: Literal["recompute", "sampler"] = "recompute"
+    """Where π_old (also the KL reference) comes from. "recompute": a forward pass of the loaded
+    checkpoint over the samples before the first step, batched as the steps are, so that the
+    first step's ratio is exactly 1. "sampler": the log-probs the rollout's sampler recorded
+    (`rollouts.sampler_logprobs`), which saves that pass, one forward of the update's
+    1 + 3·epochs; the policy only, as the RM's votes record none. They differ from the trainer's
+    by the sampler's numerics (KV-cached decoding, a server engine's kernels): the update reports
+    the mean gap, `sampler_logprob_gap`. A response the sampler cut at max_new_tokens (its EOS
+    appended for training) is recomputed. verl reuses its rollout's log-probs so."""
     micro_batch_size: int = Field(4, ge=1)
     """Samples per forward/backward pass (gradient accumulation inside a mini-batch)."""
     max_grad_norm: float = Field(1.0, gt=0.0)

@@ -609,11 +609,26 @@ def response_logprobs(
 
 @dataclass(frozen=True)
 class TrainSample:
-    """One prompt/response pair with its advantage."""
+    """One prompt/response pair with its advantage, and optionally the log-probs its sampler
+    recorded for the response's tokens (temperature-scaled, one per token)."""
 
     prompt_ids: list[int]
     response_ids: list[int]
     advantage: float
+    old_logprobs: list[float] | None = None
+
+
+def sampler_logprobs(samples: Sequence[TrainSample], device: torch.device) -> torch.Tensor | None:
+    """The samples' recorded log-probs laid out as `response_logprobs`'s (B, R), zero past a
+    row's response; None when a sample has none for some of its tokens (a response the sampler
+    cut at max_new_tokens, whose EOS was appended for training)."""
+    rows = [s.old_logprobs for s in samples]
+    if any(r is None or len(r) != len(s.response_ids) for r, s in zip(rows, samples, strict=True)):
+        return None
+    out = torch.zeros((len(samples), max(len(s.response_ids) for s in samples)))
+    for k, row in enumerate(rows):
+        out[k, : len(row)] = torch.tensor(row)  # type: ignore[arg-type]
+    return out.to(device)
 
 
 def with_eos(response_ids: Sequence[int], eos_id: int) -> list[int]:
@@ -650,6 +665,7 @@ def ppo_update(
     warmup_steps: int = 0,
     group: Group | None = None,
     on_step: Callable[[int], None] | None = None,
+    reuse_sampler_logprobs: bool = False,
 ) -> dict[str, float]:
     """One RL update: recompute old log-probs, then `epochs` passes of `optimizer_steps` steps on
     equal mini-batches (epochs × optimizer_steps steps in all).
@@ -660,6 +676,11 @@ def ppo_update(
     the gradient's size (m/√v ≈ ±1); the warmup keeps them small until the moments mean something.
 
     The loss is `ppo_clip_k3_loss` with the old log-probs as both π_old and the KL reference.
+    With `reuse_sampler_logprobs` they are the samples' `old_logprobs` (the sampler's), which
+    saves the recompute forward: one forward of the update's 1 + 3·epochs; a micro-batch with a
+    sample that lacks them is recomputed. Before the first step the ratio is then exp(trainer −
+    sampler) rather than exactly 1: `sampler_logprob_gap` reports the mean |trainer − sampler|
+    over the first mini-batch's tokens (`test_sampler_logprobs_as_old_ones_bound_the_update`).
     In a `group` of processes (distributed.py) every process takes its share of each mini-batch
     and `model` is the wrapped one; the gradient is the mean over the whole mini-batch either way.
 
@@ -697,19 +718,39 @@ def ppo_update(
 
     # Old log-probs from the loaded checkpoint, batched exactly as the updates are batched, so
     # that π_new = π_old holds bit for bit before the first step (padding changes rounding).
+    # With `reuse_sampler_logprobs`, the sampler's where every sample of a micro-batch has them.
+    device = next(model.parameters()).device
+    reused = [
+        [
+            sampler_logprobs([samples[i] for i in idx], device) if reuse_sampler_logprobs else None
+            for idx, _ in micros
+        ]
+        for micros in plan
+    ]
     with torch.no_grad():
-        old = [[logprobs(idx)[0] for idx, _ in micros] for micros in plan]
+        old = [
+            [logprobs(idx)[0] if r is None else r for (idx, _), r in zip(micros, rs, strict=True)]
+            for micros, rs in zip(plan, reused, strict=True)
+        ]
+    # Sums of |trainer − sampler| and of tokens on the first mini-batch; samples reused.
+    sampler = {"gap": 0.0, "gap_tokens": 0.0, "from_sampler": 0.0}
 
     params = [p for p in model.parameters() if p.requires_grad]
     base_lrs = [float(param_group["lr"]) for param_group in optimizer.param_groups]
     totals: dict[str, float] = {}
     grad_norms = 0.0
     taken = steps * epochs
-    for micros, old_logps in [pair for _ in range(epochs) for pair in zip(plan, old, strict=True)]:
+    batches = [(j, (plan[j], old[j])) for _ in range(epochs) for j in range(len(plan))]
+    for n, (j, (micros, old_logps)) in enumerate(batches):
         optimizer.zero_grad(set_to_none=True)
         for k, ((idx, weight), old_logp) in enumerate(zip(micros, old_logps, strict=True)):
             with group.accumulating(model, sync=k == len(micros) - 1):
                 logp, mask = logprobs(idx)
+                if n < steps and weight > 0 and reused[j][k] is not None:
+                    sampler["from_sampler"] += len(idx)
+                    if n == 0:  # before any step: the trainer's own log-probs against them
+                        sampler["gap"] += float(((logp.detach() - old_logp).abs() * mask).sum())
+                        sampler["gap_tokens"] += float(mask.sum())
                 adv = torch.tensor([samples[i].advantage for i in idx], device=logp.device)
                 loss, metrics = ppo_clip_k3_loss(
                     logp, old_logp, old_logp, adv, mask, clip_eps=clip_eps, kl_beta=kl_beta
@@ -733,4 +774,8 @@ def ppo_update(
     totals["grad_norm"] = grad_norms
     totals["samples"] = float(len(samples))
     totals["optimizer_steps"] = float(taken)
+    if reuse_sampler_logprobs:
+        sampler = group.all_sum(sampler)
+        totals["old_logprobs_from_sampler"] = sampler["from_sampler"] / len(samples)
+        totals["sampler_logprob_gap"] = sampler["gap"] / max(sampler["gap_tokens"], 1.0)
     return totals

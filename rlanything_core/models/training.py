@@ -40,14 +40,25 @@ def select_samples(
     eos_id: int,
     max_samples: int | None,
     seed: int,
+    with_sampler_logprobs: bool = False,
 ) -> list[TrainSample]:
     """Join kept signal rows to their prompt/response tokens by `keys` and build TrainSamples.
 
-    A seeded random subset of `max_samples` is taken when there are more kept rows.
+    A seeded random subset of `max_samples` is taken when there are more kept rows. With
+    `with_sampler_logprobs` each sample also carries the log-probs its sampler recorded
+    (`texts.sampler_logprobs`: the rollouts have them, the RM's votes do not).
     """
+    columns = [*keys, "prompt_token_ids", "response_token_ids"]
+    if with_sampler_logprobs:
+        if "sampler_logprobs" not in texts.columns:
+            raise ValueError(
+                "update.old_logprobs is 'sampler' but these samples carry no sampler_logprobs "
+                "column (only the policy's rollouts record them); set old_logprobs: recompute"
+            )
+        columns.append("sampler_logprobs")
     kept = signals.loc[signals["kept"], [*keys, "advantage"]]
     joined = kept.merge(
-        texts[[*keys, "prompt_token_ids", "response_token_ids"]],
+        texts[columns],
         on=keys,
         how="left",
         validate="one_to_one",
@@ -63,6 +74,9 @@ def select_samples(
             prompt_ids=[int(t) for t in row.prompt_token_ids],
             response_ids=with_eos([int(t) for t in row.response_token_ids], eos_id),
             advantage=float(row.advantage),
+            old_logprobs=(
+                [float(x) for x in row.sampler_logprobs] if with_sampler_logprobs else None
+            ),
         )
         for row in joined.itertuples()
     ]
@@ -137,6 +151,7 @@ def rl_update(
         warmup_steps=update.warmup_steps,
         group=group,
         on_step=on_step,
+        reuse_sampler_logprobs=update.old_logprobs == "sampler",
     )
     metrics["skipped"] = 0.0
     gathered = group.full_state_dict(trained)
@@ -240,7 +255,10 @@ def _worker(work: Path) -> None:
         frame = pd.read_parquet(work / "samples.parquet")
         samples = [
             TrainSample(
-                [int(t) for t in r.prompt_ids], [int(t) for t in r.response_ids], float(r.advantage)
+                [int(t) for t in r.prompt_ids],
+                [int(t) for t in r.response_ids],
+                float(r.advantage),
+                None if r.old_logprobs is None else [float(x) for x in r.old_logprobs],
             )
             for r in frame.itertuples()
         ]

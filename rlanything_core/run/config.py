@@ -489,6 +489,12 @@ class RunConfig(_Strict):
                 raise ValueError(
                     f"evaluation.ood_options: {exc}".replace("environment.options.", "")
                 ) from exc
+        if self.reward_model.update.old_logprobs == "sampler":
+            raise ValueError(
+                "reward_model.update.old_logprobs: 'sampler' needs the sampler's log-probs, and "
+                "only the policy's rollouts record them (not the reward model's votes or tests): "
+                "set it to 'recompute'."
+            )
         if self.reward_model.mode == "unit_tests" and not isinstance(env, WritesUnitTests):
             raise ValueError(
                 f"reward_model.mode 'unit_tests' needs an environment whose reward model writes "
