@@ -25,6 +25,7 @@ from rlanything_core.method.stats import (
     accuracy,
     as_metrics,
     balanced_accuracy,
+    balanced_accuracy_difference,
     majority_baseline,
     paired_difference,
     ratio,
@@ -94,6 +95,33 @@ def test_balanced_accuracy_and_majority_baseline_by_hand() -> None:
     assert accuracy(correct, tasks).value == pytest.approx(0.75)
     assert majority_baseline(positive) == pytest.approx(5 / 8)
     assert majority_baseline([1, 1, 1, 0]) == pytest.approx(3 / 4)
+
+
+def test_balanced_accuracy_difference_of_two_judges_on_the_same_steps_by_hand() -> None:
+    # Judge a: the steps above (BA 11/15, z^a = (−16, 43, −27)/450). Judge b right on every
+    # step: recalls 1 and 1, every residual A_g − 1·B_g = 0, so z^b = 0. D = 11/15 − 1 = −4/15
+    # with z^a − z^b = z^a: half = 1.96·√(3/2 · 2834/202500) = 0.283981, not clipped.
+    correct = [1, 0, 1, 1, 1, 1, 0, 1]
+    positive = [1, 1, 0, 1, 0, 0, 0, 0]
+    tasks = ["T1"] * 3 + ["T2"] * 3 + ["T3"] * 2
+    got = balanced_accuracy_difference(correct, [1] * 8, positive, tasks)
+    assert got.value == pytest.approx(-4 / 15)
+    assert got.low == pytest.approx(-4 / 15 - 0.283981, abs=1e-6)
+    assert got.high == pytest.approx(-4 / 15 + 0.283981, abs=1e-6)
+    back = balanced_accuracy_difference([1] * 8, correct, positive, tasks)
+    assert (back.value, back.low, back.high) == pytest.approx((4 / 15, -got.high, -got.low))
+    # A judge against itself: 0, and nothing to vary.
+    same = balanced_accuracy_difference(correct, correct, positive, tasks)
+    assert (same.value, same.low, same.high) == (0.0, 0.0, 0.0)
+    # Paired, the shared task effect cancels: b = a with one more right step in T3 (a negative,
+    # R0 4/5 → 5/5): D = 1/10, residuals differ in the negatives' part only:
+    # z^b − z^a per task = ½[(A0b_g − B0_g)/5 − (A0a_g − 0.8·B0_g)/5] = (−0.02, −0.04, +0.06),
+    # half = 1.96·√(3/2 · 0.0056) = 0.179638.
+    better = [1, 0, 1, 1, 1, 1, 1, 1]
+    gain = balanced_accuracy_difference(better, correct, positive, tasks)
+    assert gain.value == pytest.approx(0.1)
+    assert gain.high - gain.value == pytest.approx(1.96 * math.sqrt(1.5 * 0.0056), abs=1e-9)
+    assert math.isnan(balanced_accuracy_difference([1, 0], [1, 1], [1, 1], ["a", "b"]).value)
 
 
 def test_a_constant_verdict_scores_the_base_rate_but_half_balanced() -> None:

@@ -26,6 +26,9 @@ Balanced accuracy ½(R₁ + R₀), R₁ and R₀ the recalls on the positive and
 linearized the same way: z_g = ½[(A1_g − R₁·B1_g)/Σ B1 + (A0_g − R₀·B0_g)/Σ B0] and
 V = G/(G − 1) · Σ_g z_g².
 
+Two judges on the same steps are compared by the difference of their balanced accuracies, whose
+cluster residual is the difference of theirs, z^a_g − z^b_g (`balanced_accuracy_difference`).
+
 Two rows on the same held-out tasks are compared by the paired difference D = (1/G) Σ_t
 (a_t − b_t), a_t and b_t each row's accuracy on task t (all its episodes of t, every seed's):
 the tasks are the units, so what both rows share through a task's difficulty cancels, and
@@ -89,20 +92,51 @@ def balanced_accuracy(
 ) -> Estimate:
     """½ (recall on the positive observations + recall on the negative ones), with its clustered
     95 % interval. All nan when one class is absent."""
+    codes, g = _codes(clusters)
+    parts = _balanced(correct, positive, codes, g)
+    if parts is None:
+        return Estimate(math.nan, math.nan, math.nan)
+    return _interval(*parts, g)
+
+
+def balanced_accuracy_difference(
+    correct_a: npt.ArrayLike,
+    correct_b: npt.ArrayLike,
+    positive: npt.ArrayLike,
+    clusters: npt.ArrayLike,
+) -> Estimate:
+    """BA_a − BA_b: two judges' balanced accuracies on the same observations (the same labels
+    and clusters), with the paired 95 % interval. The linearization is linear in the verdicts,
+    so the difference's cluster residual is z^a_g − z^b_g (module docstring's z_g), and what the
+    two judges share through a task cancels. Not clipped; all nan when one class is absent."""
+    codes, g = _codes(clusters)
+    a = _balanced(correct_a, positive, codes, g)
+    b = _balanced(correct_b, positive, codes, g)
+    if a is None or b is None:
+        return Estimate(math.nan, math.nan, math.nan)
+    value = a[0] - b[0]
+    if g < 2:
+        return Estimate(value, math.nan, math.nan)
+    half = Z * math.sqrt(g / (g - 1) * float(np.sum((a[1] - b[1]) ** 2)))
+    return Estimate(value, value - half, value + half)
+
+
+def _balanced(
+    correct: npt.ArrayLike, positive: npt.ArrayLike, codes: npt.NDArray[np.intp], g: int
+) -> tuple[float, npt.NDArray[np.float64]] | None:
+    """Balanced accuracy and its (G,) cluster residuals z_g; None when one class is absent."""
     right = np.asarray(correct, dtype=bool)
     pos = np.asarray(positive, dtype=bool)
-    codes, g = _codes(clusters)
     n_pos, n_neg = pos.sum(), (~pos).sum()
     if n_pos == 0 or n_neg == 0:
-        return Estimate(math.nan, math.nan, math.nan)
+        return None
     parts = []
     for members, n in ((pos, n_pos), (~pos, n_neg)):
         recall = (right & members).sum() / n
         a_g = _sums((right & members).astype(np.float64), codes, g)
         b_g = _sums(members.astype(np.float64), codes, g)
         parts.append((recall, (a_g - recall * b_g) / n))
-    value = float((parts[0][0] + parts[1][0]) / 2)
-    return _interval(value, (parts[0][1] + parts[1][1]) / 2, g)
+    return float((parts[0][0] + parts[1][0]) / 2), (parts[0][1] + parts[1][1]) / 2
 
 
 def majority_baseline(positive: npt.ArrayLike) -> float:
