@@ -16,6 +16,7 @@ import learning
 import pandas as pd
 import policy_signal
 import pool_seeds
+import rm_same_steps
 import round_profile
 
 from rlanything_core.base.schemas import rows_frame, write_dataset
@@ -169,3 +170,34 @@ def test_policy_signal_compares_advantage_signs_with_progress_labels(tmp_path: P
     assert signal["sign_agreement"] == pytest.approx(0.6)
     assert signal["sign_agreement_balanced"] == pytest.approx(7 / 12)
     assert signal["advantage_gap"] == pytest.approx(0.25 + 1.1 / 3)
+
+
+def test_rm_same_steps_pairs_two_judges_on_the_same_steps() -> None:
+    """Worked by hand: tasks a (steps: progress, none) and b (progress, none, none), one vote
+    each. The trained judge is right on all five; one starting judge always answers "progress"
+    (recalls 1 and 0, balanced 1/2): gain +50 points, and as every task's right votes are R·B_g
+    for both judges the residuals vanish and the interval has zero width. Another starting judge
+    is wrong on b's first "none" step only: R0 = 2/3, balanced 5/6, gain 1/6; its negatives'
+    residuals (A0_g − ⅔·B0_g)/3 are a +1/9, b −1/9, so z^trained − z^start = (−1/18, +1/18),
+    V = 2/1 · 2/324 = 1/81 and the half-width 1.96/9: 16.7 [−5.1, +38.4] points."""
+    keys = {"round": [0] * 5, "task_id": ["a", "a", "b", "b", "b"], "task_version": [0] * 5,
+            "rollout_idx": [0] * 5, "step_idx": [0, 1, 0, 1, 2]}  # fmt: skip
+    rollouts = pd.DataFrame(
+        keys | {"progress": [True, False, True, False, False], "outcome": [1, 1, -1, -1, -1]}
+    )
+    right = pd.DataFrame(keys | {"vote_idx": [0] * 5, "verdict": [1, -1, 1, -1, -1]})
+    always = pd.DataFrame(keys | {"vote_idx": [0] * 5, "verdict": [1] * 5})
+    found = rm_same_steps.compare(rollouts, right, always, votes=1)
+    assert (found["steps"], found["tasks"]) == (5, 2)
+    assert found["trained"]["process_balanced_accuracy"] == pytest.approx(1.0)
+    assert found["started"]["process_balanced_accuracy"] == pytest.approx(0.5)
+    assert found["started"]["process_majority_baseline"] == pytest.approx(0.6)
+    assert found["balanced_gain_points"] == pytest.approx([50.0, 50.0, 50.0])
+    # the other way round, and a judge against itself
+    back = rm_same_steps.compare(rollouts, always, right, votes=1)
+    assert back["balanced_gain_points"] == pytest.approx([-50.0, -50.0, -50.0])
+    assert rm_same_steps.compare(rollouts, right, right, votes=1)["balanced_gain_points"] == [
+        0.0,
+        0.0,
+        0.0,
+    ]
