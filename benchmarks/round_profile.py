@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import threading
 import time
 import weakref
@@ -280,6 +281,7 @@ def main() -> None:
         start = time.perf_counter()
         flows.train.rlanything_train(config=config, run_dir=str(root / "run"))
         wall = time.perf_counter() - start
+        summary = json.loads((root / "run" / "summary.json").read_text())
     save(
         args.out,
         {
@@ -292,6 +294,11 @@ def main() -> None:
             "matmul_size": args.matmul_size,
             "model_dtype": model_dtype,
             **report(profile, peaks, model_dtype),
+            # what the updates reported (ratio, KL, sampler_logprob_gap where reused), per round
+            "update_metrics": [
+                {k: v for k, v in r.items() if k.startswith(("policy/", "reward_model/"))}
+                for r in summary["rounds"]
+            ],
         },
     )
 
