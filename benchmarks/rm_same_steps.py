@@ -10,7 +10,7 @@ learning-curve point `--step` (`eval/step_NNN/id_rollouts.parquet`, judged there
 that round) are judged again by the reward model the run started from (its warm start, or the
 config's source), with the same votes, seeds and sampling. Printed per run and written with
 `--out`: both judges' balanced process accuracy with 95 % intervals clustered by task, the
-paired difference (`stats.balanced_accuracy_difference`), plain accuracy and the majority
+paired difference (`signals.judge_gain`), plain accuracy and the majority
 baseline, on that many steps and tasks.
 
     python benchmarks/rm_same_steps.py RUN [RUN ...] --step 4 --out J
@@ -27,8 +27,7 @@ import pandas as pd
 from common import save
 
 from rlanything_core.base.schemas import read_dataset, rows_frame
-from rlanything_core.method.signals import judge_metrics, step_verdicts, verdict_matrix
-from rlanything_core.method.stats import balanced_accuracy_difference
+from rlanything_core.method.signals import judge_gain, judge_metrics, task_key, verdict_matrix
 from rlanything_core.models.engines import open_engine
 from rlanything_core.run.config import load_config
 from rlanything_core.run.rundir import RunDir
@@ -40,14 +39,10 @@ def compare(
 ) -> dict[str, Any]:
     """Both judges' metrics on `rollouts` (`signals.judge_metrics`) and the paired difference of
     their balanced process accuracies, trained − started, in points."""
-    after = step_verdicts(rollouts, verdict_matrix(rollouts, trained, votes))
-    before = step_verdicts(rollouts, verdict_matrix(rollouts, started, votes))
-    gain = balanced_accuracy_difference(
-        after["correct"], before["correct"], after["positive"], after["task"]
-    )
+    gain = judge_gain(rollouts, trained, started, votes)
     return {
-        "steps": len(after),
-        "tasks": int(after["task"].nunique()),
+        "steps": len(rollouts),
+        "tasks": int(task_key(rollouts).nunique()),
         "trained": judge_metrics(rollouts, verdict_matrix(rollouts, trained, votes)),
         "started": judge_metrics(rollouts, verdict_matrix(rollouts, started, votes)),
         "balanced_gain_points": [100 * gain.value, 100 * gain.low, 100 * gain.high],

@@ -55,13 +55,15 @@ from flows.tracking import plot_heldout, plot_rows
 from flows.train import rlanything_train
 from rlanything_core.base.atomic import atomic_path
 from rlanything_core.base.host import machine
-from rlanything_core.base.schemas import read_dataset
+from rlanything_core.base.schemas import read_dataset, rows_frame, write_dataset
 from rlanything_core.method.rloop import episodes
-from rlanything_core.method.signals import task_key
-from rlanything_core.method.stats import CI_SUFFIXES, paired_difference
+from rlanything_core.method.signals import judge_gain, task_key
+from rlanything_core.method.stats import CI_SUFFIXES, as_metrics, paired_difference
+from rlanything_core.models.engines import open_engine
 from rlanything_core.run.config import Mode, RunConfig
 from rlanything_core.run.rundir import WARM_START, RunDir, write_json
 from tasks.common import run_stage
+from tasks.playing import judge_steps
 from tasks.stages import warm_start
 from tasks.warm_start import warm_start_roles
 
@@ -90,10 +92,17 @@ ROWS: tuple[Row, ...] = (
     Row("Anchor-state", "anchor-state", "reward", (("estimator", "step"), ("grouping", "state"))),
 )
 ROW_SLUGS = tuple(row.slug for row in ROWS)
+GAIN = "eval/id/rm_process_balanced_gain"
+"""A row's trained RM against the RM it started from on the same held-out in-domain steps, in
+balanced process accuracy (`start_judged`, `signals.judge_gain`)."""
+START_JUDGMENTS = "id_start_judgments.parquet"
+"""The final in-domain held-out steps of a run that trains its RM, judged by the RM it started
+from, beside the evaluation's own `id_judgments.parquet`."""
 COLUMNS = (
     ("eval/id/policy_accuracy", "Policy ID"),
     ("eval/ood/policy_accuracy", "Policy OOD"),
     ("eval/id/rm_process_balanced_accuracy", "RM process (balanced)"),
+    (GAIN, "RM gain, same steps (balanced)"),
     ("eval/id/rm_outcome_balanced_accuracy", "RM outcome (balanced)"),
     ("eval/id/rm_outcome_majority_baseline", "RM outcome majority baseline"),
     ("accepted_tasks", "Accepted tasks"),
@@ -116,6 +125,8 @@ Before; the paper's ordering, each RLAnything row against the one above it; its 
 the trained RM's step signal against the outcome alone; anchor-state against step-index groups."""
 # One cell's eval datasets per split: (rollouts, judgments or None).
 Datasets = dict[str, tuple[pd.DataFrame, pd.DataFrame | None]]
+# One cell's in-domain held-out steps, judged by its trained RM and by the RM it started from.
+Judged = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
 
 
 @flow(name="rlanything-ablate")
@@ -143,6 +154,7 @@ def rlanything_ablate(
     datasets: dict[str, dict[int, Datasets]] = {}
     curves: dict[str, list[list[dict[str, float]]]] = {}
     heldout: dict[str, dict[int, dict[int, Datasets]]] = {}  # row -> step -> seed -> datasets
+    judged: dict[str, dict[int, Judged]] = {}  # row -> seed -> both judges on the same steps
     once: set[tuple[str, int]] = set()  # (row, step) that is one measurement for every seed
     # Before evaluates the same warm-started models with the same evaluation seeds at every
     # seed: one evaluation is the whole measurement, shown without a spread. It plays as many
@@ -192,6 +204,11 @@ def rlanything_ablate(
         # recomputed from the eval's datasets: pass@k, intervals and balanced accuracies
         # also for an eval.json written before they existed
         metrics |= _metrics(found, config.reward_model.votes)
+        start = start_judged(cell, evaluated)
+        if start is not None and found["id"][1] is not None:
+            both = (found["id"][0], found["id"][1], start)
+            judged.setdefault(name, {})[seed] = both
+            metrics |= as_metrics(GAIN, judge_gain(*both, config.reward_model.votes))
         datasets.setdefault(name, {})[seed] = found
         rounds = _rounds(cell.run)
         accepted = 0.0 if mode != "env" else float(rounds[-1]["env/accepted_tasks_total"])
@@ -213,6 +230,9 @@ def rlanything_ablate(
         name: pooled_intervals(by_seed, config.reward_model.votes)
         for name, by_seed in datasets.items()
     }
+    for name, pairs in judged.items():
+        if len(pairs) == len(datasets[name]):
+            pooled[name][GAIN] = pooled_gain(pairs, config.reward_model.votes)
     per_step = pooled_curves(heldout, once, seeds, config.reward_model.votes)
     paired = paired_differences(datasets)
     # What this invocation did and where: a resumed ablation's seconds cover only its part.
@@ -267,17 +287,18 @@ def _row_config(config: RunConfig, row: Row, seed: int, seeds: int) -> RunConfig
 @task(name="train-cell")
 def train_cell(config: RunConfig, run_dir: str, threads: int, row: str) -> None:
     """Train one (row, seed) in a worker process with `threads` torch threads, then evaluate it
-    there (its held-out evaluation after the last round), so that the runs' evaluations also run
-    side by side rather than one after another in the parent."""
+    there (its held-out evaluation after the last round, and `start_judged`), so that the runs'
+    evaluations also run side by side rather than one after another in the parent."""
     # Imported here: the process pool pickles this function by value, and a flow pickled with it
     # would lose its module's names (the parameter types Prefect validates against).
-    from flows.ablate import ROWS, Cell, _evaluated
+    from flows.ablate import ROWS, Cell, _evaluated, start_judged
     from flows.train import rlanything_train as train
 
     torch.set_num_threads(threads)
     train(config=config, run_dir=run_dir)
     chosen = next(r for r in ROWS if r.slug == row)
-    _evaluated(Cell(chosen, config.seed, Path(run_dir).parent, config))
+    cell = Cell(chosen, config.seed, Path(run_dir).parent, config)
+    start_judged(cell, _evaluated(cell))
 
 
 @task(name="warm-start-part")
@@ -373,6 +394,41 @@ def _current(evaluated: Path, config: RunConfig, split: str) -> bool:
     if digest is None:
         return split != "ood" or ev.ood_options is None
     return bool(digest == held_out_digest(config, split))
+
+
+def start_judged(cell: Cell, evaluated: Path) -> pd.DataFrame | None:
+    """For a run that trains its (judging) RM: the in-domain steps of its final evaluation
+    judged again by the RM the run started from, with the evaluation's votes, seeds and
+    sampling (`START_JUDGMENTS` in `evaluated`, judged once and kept), so that the trained and
+    the starting judge are compared on the same steps (`GAIN`). None for other rows."""
+    config = cell.config
+    if cell.row.mode is None or not config.trains_reward_model or config.writes_unit_tests:
+        return None
+    path = evaluated / START_JUDGMENTS
+    if not path.is_file():
+        rm = config.reward_model
+        source = cell.run.model_before("reward_model", 0, rm.model.source)
+        engine = open_engine(rm.model, source, "reward_model", rm.update.lora_rank)
+        votes = judge_steps(
+            config,
+            engine,
+            read_dataset(evaluated / "id_rollouts.parquet", "rollouts"),
+            round_idx=0,
+            base_seed=config.evaluation.seed,
+            checkpoint=source,
+            description="eval id judging by the starting RM",
+        )
+        write_dataset(rows_frame(votes, "judgments"), path, "judgments")
+    return read_dataset(path, "judgments")
+
+
+def pooled_gain(by_seed: dict[int, Judged], votes: int) -> list[float]:
+    """`GAIN` on all seeds' steps together, [value, low, high], clustered by (task, seed)."""
+    rollouts, trained, started = (
+        pd.concat([_per_seed(both[k], seed) for seed, both in by_seed.items()], ignore_index=True)
+        for k in range(3)
+    )
+    return list(judge_gain(rollouts, trained, started, votes))
 
 
 def warm_started(config: RunConfig, run: RunDir, workers: int = 1) -> RunConfig:
@@ -660,6 +716,9 @@ def _markdown(
         f"{spread} {seeds} seed(s), {rounds} round(s) per run; accuracies in %; [low, high]: "
         "95 % interval of all seeds' held-out episodes pooled, clustered by (task, seed) "
         "(n/a: a single cluster). RM columns: balanced accuracy (mean recall of both classes). "
+        "RM gain, same steps: the trained RM's balanced process accuracy minus that of the RM "
+        "the run started from, both judging the row's final in-domain held-out steps (points; "
+        "paired interval). "
         "Before is one evaluation (every seed would evaluate the same warm-started models with "
         "the same evaluation seeds) playing as many episodes per task as a trained row pools "
         "over its seeds; its interval is clustered by task.",

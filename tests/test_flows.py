@@ -35,6 +35,7 @@ from flows.ablate import (
 from flows.evaluate import SPLITS, held_out_digest, rlanything_eval
 from flows.train import rlanything_train
 from rlanything_core.base.schemas import SCHEMAS, read_dataset
+from rlanything_core.method.signals import judge_gain
 from rlanything_core.models.config import EngineConfig
 from rlanything_core.models.loading import resolve_source
 from rlanything_core.models.services import Service, free_port, serve_command
@@ -649,8 +650,8 @@ def test_ablate_one_seed_one_round(tmp_path: Path) -> None:
     assert summary["+Reward+Env"]["accepted_tasks"][1] == 0.0  # std over one seed
     table = (out / "ablation.md").read_text()
     assert (
-        "| Row | Policy ID | Policy OOD | RM process (balanced) | RM outcome (balanced) "
-        "| RM outcome majority baseline | Accepted tasks |"
+        "| Row | Policy ID | Policy OOD | RM process (balanced) | RM gain, same steps (balanced) "
+        "| RM outcome (balanced) | RM outcome majority baseline | Accepted tasks |"
     ) in table
     assert "| Row | ID pass@1 | ID pass@2 | OOD pass@1 | OOD pass@2 |" in table
     # two tables of a header and seven rows, then the paired comparisons: a header and eleven
@@ -673,6 +674,27 @@ def test_ablate_one_seed_one_round(tmp_path: Path) -> None:
     assert math.isnan(pooled[1]) and math.isnan(pooled[2])
     assert "eval/id/rm_process_balanced_accuracy" in stored["pooled"]["+Reward"]
     assert "eval/id/rm_process_accuracy" not in stored["pooled"]["Outcome-only"]
+    # The rows that train their RM also judge their final in-domain steps with the RM they
+    # started from (the warm start): the gain pairs the two judges on the same steps
+    gain = "eval/id/rm_process_balanced_gain"
+    for slug, trains in (("policy", False), ("reward", True), ("step-only", True)):
+        final = out / slug / "seed_0" / "run" / "eval" / "step_001"
+        assert (final / "id_start_judgments.parquet").is_file() == trains
+        assert (
+            gain
+            in stored["pooled"][{"reward": "+Reward", "step-only": "Step-only"}.get(slug, "Policy")]
+        ) == trains
+    final = out / "reward" / "seed_0" / "run" / "eval" / "step_001"
+    start = read_dataset(final / "id_start_judgments.parquet", "judgments")
+    assert set(start["checkpoint"]) == {before_eval["reward_model"]}  # Before's judge
+    expected = judge_gain(
+        read_dataset(final / "id_rollouts.parquet", "rollouts"),
+        read_dataset(final / "id_judgments.parquet", "judgments"),
+        start,
+        votes=2,
+    )
+    assert stored["per_seed"]["+Reward"][0][gain] == pytest.approx(expected.value, nan_ok=True)
+    assert stored["pooled"]["+Reward"][gain][0] == pytest.approx(expected.value, nan_ok=True)
     policy_row = next(line for line in table.splitlines() if line.startswith("| Policy |"))
     assert f"| {pooled[0] * 100:.1f} [n/a] |" in policy_row and "±" not in policy_row
     assert (out / "ablation_accuracy.png").is_file() and (out / "ablation_accepted.png").is_file()
@@ -701,8 +723,11 @@ def test_ablate_one_seed_one_round(tmp_path: Path) -> None:
     assert stored["invocation"]["runs_trained"] == 6
     assert stored["invocation"]["machine"]["cpu_count"] == os.cpu_count()
     assert "This command: " in table and "6 runs trained" in table
+    judged_again = final / "id_start_judgments.parquet"
+    judged_stamp = judged_again.stat().st_mtime_ns
     rlanything_ablate(config=config, seeds=1, out_dir=str(out))
     assert evaluated.stat().st_mtime_ns == stamp
+    assert judged_again.stat().st_mtime_ns == judged_stamp
     assert json.loads((out / "ablation.json").read_text())["invocation"]["runs_trained"] == 0
     with pytest.raises(ValueError, match="unknown ablation rows"):
         rlanything_ablate(config=config, seeds=1, out_dir=str(out), rows=["policy", "nope"])

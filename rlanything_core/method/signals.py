@@ -22,7 +22,14 @@ from rlanything_core.method.feedback import (
     task_level_advantages,
     unit_test_rewards,
 )
-from rlanything_core.method.stats import accuracy, as_metrics, balanced_accuracy, majority_baseline
+from rlanything_core.method.stats import (
+    Estimate,
+    accuracy,
+    as_metrics,
+    balanced_accuracy,
+    balanced_accuracy_difference,
+    majority_baseline,
+)
 
 # `judge_metrics` that each round logs as reward_model/<name> (its intervals are for evaluation).
 ROUND_JUDGE_METRICS = (
@@ -260,6 +267,21 @@ def judge_metrics(rollouts: pd.DataFrame, verdicts: np.ndarray) -> dict[str, flo
     metrics["progress_label_rate"] = float(steps["positive"].mean())
     metrics["steps"] = float(len(steps))
     return metrics
+
+
+def judge_gain(
+    rollouts: pd.DataFrame, trained: pd.DataFrame, started: pd.DataFrame, votes: int
+) -> Estimate:
+    """How much better one judge is than another on the same steps: the balanced process
+    accuracy of the `trained` judgments minus that of the `started` ones, both of `rollouts`'
+    steps (`step_verdicts`), with the paired 95 % interval clustered by task
+    (`stats.balanced_accuracy_difference`). Judging each row's own held-out steps mixes the
+    judge's change with the steps' (a trained policy plays other steps); this holds the steps."""
+    after = step_verdicts(rollouts, verdict_matrix(rollouts, trained, votes))
+    before = step_verdicts(rollouts, verdict_matrix(rollouts, started, votes))
+    return balanced_accuracy_difference(
+        after["correct"], before["correct"], after["positive"], after["task"]
+    )
 
 
 def test_samples(
