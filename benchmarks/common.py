@@ -48,6 +48,12 @@ def bench_config(path: str, **updates: Any) -> RunConfig:
     return config.model_copy(update=updates) if updates else config
 
 
+def percent(metrics: dict[str, float], name: str) -> str:
+    """A metric and its 95 % interval (`name_ci_low`, `name_ci_high`) in %: "73.4 [71.2, 75.5]"."""
+    low, high = metrics[f"{name}_ci_low"], metrics[f"{name}_ci_high"]
+    return f"{100 * metrics[name]:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
+
+
 def save(out: str | Path, result: dict[str, Any]) -> None:
     """Write the result atomically as JSON (with the machine and the time) and print it."""
     record = {

@@ -15,18 +15,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from common import save
+from common import percent, save
 
 from rlanything_core.base.schemas import read_dataset
 from rlanything_core.method.signals import judge_metrics, verdict_matrix
 from rlanything_core.run.config import load_config
 from rlanything_core.run.rundir import RunDir
-
-
-def _pct(m: dict[str, float], name: str) -> str:
-    return (
-        f"{100 * m[name]:.1f} [{100 * m[f'{name}_ci_low']:.1f}, {100 * m[f'{name}_ci_high']:.1f}]"
-    )
 
 
 def main() -> None:
@@ -48,7 +42,7 @@ def main() -> None:
             episodes = rollouts.drop_duplicates(["task_id", "task_version", "rollout_idx"])
             print(
                 f"| {Path(root)} | {r} | {m['steps']:.0f} | {len(episodes)} | "
-                f"{_pct(m, 'process_accuracy')} | {_pct(m, 'process_balanced_accuracy')} | "
+                f"{percent(m, 'process_accuracy')} | {percent(m, 'process_balanced_accuracy')} | "
                 f"{100 * m['process_majority_baseline']:.1f} |"
             )
             rows.append(

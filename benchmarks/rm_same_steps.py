@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 import pandas as pd
-from common import save
+from common import percent, save
 
 from rlanything_core.base.schemas import read_dataset, rows_frame
 from rlanything_core.method.signals import judge_gain, judge_metrics, task_key, verdict_matrix
@@ -47,12 +47,6 @@ def compare(
         "started": judge_metrics(rollouts, verdict_matrix(rollouts, started, votes)),
         "balanced_gain_points": [100 * gain.value, 100 * gain.low, 100 * gain.high],
     }
-
-
-def _pct(m: dict[str, float], name: str) -> str:
-    return (
-        f"{100 * m[name]:.1f} [{100 * m[f'{name}_ci_low']:.1f}, {100 * m[f'{name}_ci_high']:.1f}]"
-    )
 
 
 def main() -> None:
@@ -94,8 +88,8 @@ def main() -> None:
         g = found["balanced_gain_points"]
         print(
             f"| {root} | {found['steps']} ({found['tasks']}) | "
-            f"{_pct(found['trained'], 'process_balanced_accuracy')} | "
-            f"{_pct(found['started'], 'process_balanced_accuracy')} | "
+            f"{percent(found['trained'], 'process_balanced_accuracy')} | "
+            f"{percent(found['started'], 'process_balanced_accuracy')} | "
             f"{g[0]:+.1f} [{g[1]:+.1f}, {g[2]:+.1f}] | "
             f"{100 * found['trained']['process_majority_baseline']:.1f} |"
         )
