@@ -26,12 +26,11 @@ from typing import Any
 import pandas as pd
 from common import percent, save
 
-from rlanything_core.base.schemas import read_dataset, rows_frame
+from flows.evaluate import judge_held_out
+from rlanything_core.base.schemas import read_dataset
 from rlanything_core.method.signals import judge_gain, judge_metrics, task_key, verdict_matrix
-from rlanything_core.models.engines import open_engine
 from rlanything_core.run.config import load_config
 from rlanything_core.run.rundir import RunDir
-from tasks.playing import judge_steps
 
 
 def compare(
@@ -71,19 +70,8 @@ def main() -> None:
         if source == judged["reward_model"]:
             raise SystemExit(f"{root}: step {args.step} was judged by {source}, the starting RM")
         start = time.perf_counter()
-        engine = open_engine(rm.model, source, "reward_model", rm.update.lora_rank)
-        started = rows_frame(
-            judge_steps(
-                config,
-                engine,
-                rollouts,
-                round_idx=0,
-                base_seed=config.evaluation.seed,
-                checkpoint=source,
-                description=f"{root} step {args.step}: the starting RM judging",
-            ),
-            "judgments",
-        )
+        description = f"{root} step {args.step}: the starting RM judging"
+        started = judge_held_out(config, source, rollouts, description)
         found = compare(rollouts, trained, started, rm.votes)
         g = found["balanced_gain_points"]
         print(

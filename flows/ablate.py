@@ -47,6 +47,7 @@ from prefect.task_runners import ProcessPoolTaskRunner
 from flows.evaluate import (
     SPLITS,
     held_out_digest,
+    judge_held_out,
     policy_metrics,
     reward_model_metrics,
     rlanything_eval,
@@ -55,15 +56,13 @@ from flows.tracking import plot_heldout, plot_rows
 from flows.train import rlanything_train
 from rlanything_core.base.atomic import atomic_path
 from rlanything_core.base.host import machine
-from rlanything_core.base.schemas import read_dataset, rows_frame, write_dataset
+from rlanything_core.base.schemas import read_dataset, write_dataset
 from rlanything_core.method.rloop import episodes
 from rlanything_core.method.signals import judge_gain, task_key
 from rlanything_core.method.stats import CI_SUFFIXES, as_metrics, paired_difference
-from rlanything_core.models.engines import open_engine
 from rlanything_core.run.config import Mode, RunConfig
 from rlanything_core.run.rundir import WARM_START, RunDir, write_json
 from tasks.common import run_stage
-from tasks.playing import judge_steps
 from tasks.stages import warm_start
 from tasks.warm_start import warm_start_roles
 
@@ -406,19 +405,10 @@ def start_judged(cell: Cell, evaluated: Path) -> pd.DataFrame | None:
         return None
     path = evaluated / START_JUDGMENTS
     if not path.is_file():
-        rm = config.reward_model
-        source = cell.run.model_before("reward_model", 0, rm.model.source)
-        engine = open_engine(rm.model, source, "reward_model", rm.update.lora_rank)
-        votes = judge_steps(
-            config,
-            engine,
-            read_dataset(evaluated / "id_rollouts.parquet", "rollouts"),
-            round_idx=0,
-            base_seed=config.evaluation.seed,
-            checkpoint=source,
-            description="eval id judging by the starting RM",
-        )
-        write_dataset(rows_frame(votes, "judgments"), path, "judgments")
+        source = cell.run.model_before("reward_model", 0, config.reward_model.model.source)
+        rollouts = read_dataset(evaluated / "id_rollouts.parquet", "rollouts")
+        judged = judge_held_out(config, source, rollouts, "eval id judging by the starting RM")
+        write_dataset(judged, path, "judgments")
     return read_dataset(path, "judgments")
 
 

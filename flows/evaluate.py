@@ -168,6 +168,26 @@ def rlanything_eval(
     return metrics
 
 
+def judge_held_out(
+    config: RunConfig, reward_model: str, rollouts: pd.DataFrame, description: str
+) -> pd.DataFrame:
+    """`rollouts`' steps judged by `reward_model` as `rlanything_eval` judges held-out steps
+    (`config.reward_model`'s votes and sampling, `evaluation.seed`): a judgments frame. For
+    judging stored held-out steps again with another RM (`ablate.start_judged`)."""
+    rm = config.reward_model
+    engine = open_engine(rm.model, reward_model, "reward_model", rm.update.lora_rank)
+    votes = judge_steps(
+        config,
+        engine,
+        rollouts,
+        round_idx=0,
+        base_seed=config.evaluation.seed,
+        checkpoint=reward_model,
+        description=description,
+    )
+    return rows_frame(votes, "judgments")
+
+
 def policy_metrics(split: str, rollouts: pd.DataFrame) -> dict[str, float]:
     """On one split's rollouts: accuracy (episodes that succeed) and pass@k for k = 1 … episodes
     per task, and the share of steps whose answer named no admissible action, each with its 95 %

@@ -117,7 +117,7 @@ def balanced_accuracy_difference(
     value = a[0] - b[0]
     if g < 2:
         return Estimate(value, math.nan, math.nan)
-    half = Z * math.sqrt(g / (g - 1) * float(np.sum((a[1] - b[1]) ** 2)))
+    half = _half_width(a[1] - b[1], g)
     return Estimate(value, value - half, value + half)
 
 
@@ -166,7 +166,7 @@ def paired_difference(a: npt.ArrayLike, b: npt.ArrayLike) -> Estimate:
     value = float(d.mean())
     if g < 2:
         return Estimate(value, math.nan, math.nan)
-    half = Z * math.sqrt(g / (g - 1) * float(np.sum(((d - value) / g) ** 2)))
+    half = _half_width((d - value) / g, g)
     return Estimate(value, value - half, value + half)
 
 
@@ -184,5 +184,10 @@ def _interval(value: float, residuals: npt.NDArray[np.float64], g: int) -> Estim
     """value ± z·√V, V = G/(G − 1) · Σ residuals², clipped to [0, 1]; nan for G < 2."""
     if g < 2:
         return Estimate(value, math.nan, math.nan)
-    half = Z * math.sqrt(g / (g - 1) * float(np.sum(residuals**2)))
+    half = _half_width(residuals, g)
     return Estimate(value, max(0.0, value - half), min(1.0, value + half))
+
+
+def _half_width(residuals: npt.NDArray[np.float64], g: int) -> float:
+    """z·√V, V = G/(G − 1) · Σ residuals² (CR1), for G ≥ 2 clusters."""
+    return Z * math.sqrt(g / (g - 1) * float(np.sum(residuals**2)))
