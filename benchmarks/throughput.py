@@ -5,8 +5,10 @@ Both sides decode the same prompts with the same model, batch size, sampling tem
 prompt rendering, parsing included); the scoring side is `judging.judge` with m votes per step.
 The baseline is `transformers`' `model.generate(do_sample=True, top_k=0, top_p=1.0)` on the
 prompts they decoded. Overhead ratio = our seconds per generated token / generate's. Our side
-runs twice, sharing each batch's common prompt prefix (the default) and prefilling every prompt
-whole (`share_prefix=False`), with the same seeds: the prefix-sharing speed-up at equal work.
+runs three times with the same seeds: as shipped (a batch's common prompt prefix prefilled once,
+`decoding.LeanDecoder`'s decode step), with transformers' decode step (`lean_decoding=False`),
+and also prefilling every prompt whole (`share_prefix=False`): the speed-ups of lean decoding
+and of prefix sharing at equal work, and whether all three sampled the same tokens.
 
     python benchmarks/throughput.py --config configs/tiny.yaml --out results.json
 """
@@ -31,8 +33,11 @@ from rlanything_core.run.judging import judge
 from rlanything_core.run.rollout import Sampling, play
 
 # (our seconds, our tokens, generate's seconds, generate's tokens, generations,
-#  our seconds with whole-prompt prefills, whether those sampled the same tokens)
-Timing = tuple[float, int, float, int, int, float, bool]
+#  our seconds with transformers' decode step, and also with whole-prompt prefills,
+#  whether all three sampled the same tokens)
+Timing = tuple[float, int, float, int, int, float, float, bool]
+# (share_prefix, lean_decoding) of each arm of ours
+ARMS = {"ours": (True, True), "hf_step": (True, False), "whole": (False, False)}
 
 
 def generate_baseline(
@@ -97,17 +102,15 @@ def measure(config_path: str, num_tasks: int, repeats: int) -> dict[str, Any]:
     }
     rollout_runs, judge_runs = [], []
     for k in range(repeats + 1):  # the first repeat warms up and is not counted
-        timed: dict[bool, tuple[float, pd.DataFrame]] = {}
-        for share in (False, True):
+        timed: dict[str, tuple[float, pd.DataFrame]] = {}
+        for arm, (share, lean) in ARMS.items():
             start = time.perf_counter()
-            rows = play(HFEngine(policy, policy_tok, share), env, tasks, sampling=sampling,
+            rows = play(HFEngine(policy, policy_tok, share, lean), env, tasks, sampling=sampling,
                         rollouts_per_task=config.rollouts_per_task, round_idx=0, base_seed=k,
                         checkpoint=pm.source)  # fmt: skip
-            timed[share] = (time.perf_counter() - start, rows_frame(rows, "rollouts"))
-        (play_s, rollouts), (whole_s, whole) = timed[True], timed[False]
-        same = list(whole["response_token_ids"].map(list)) == list(
-            rollouts["response_token_ids"].map(list)
-        )
+            timed[arm] = (time.perf_counter() - start, rows_frame(rows, "rollouts"))
+        play_s, rollouts = timed["ours"]
+        same = _same_tokens(timed)
         play_tokens = int(rollouts["response_token_ids"].map(len).sum())
         # model.generate on the rollout's prompts, batched per lockstep step as play batches them
         batches = [
@@ -118,16 +121,14 @@ def measure(config_path: str, num_tasks: int, repeats: int) -> dict[str, Any]:
         base_s, base_tokens = generate_baseline(
             policy, policy_tok, batches, max_new_tokens=pm.max_new_tokens,
             temperature=pm.temperature)  # fmt: skip
-        judged: dict[bool, tuple[float, pd.DataFrame]] = {}
-        for share in (False, True):
+        judged: dict[str, tuple[float, pd.DataFrame]] = {}
+        for arm, (share, lean) in ARMS.items():
             start = time.perf_counter()
-            engine = HFEngine(judge_model, judge_tok, share)
+            engine = HFEngine(judge_model, judge_tok, share, lean)
             out = pd.DataFrame(judge(engine, rollouts, base_seed=k, **rm_kwargs))
-            judged[share] = (time.perf_counter() - start, out)
-        (judge_s, votes), (jwhole_s, jwhole) = judged[True], judged[False]
-        jsame = list(jwhole["response_token_ids"].map(list)) == list(
-            votes["response_token_ids"].map(list)
-        )
+            judged[arm] = (time.perf_counter() - start, out)
+        judge_s, votes = judged["ours"]
+        jsame = _same_tokens(judged)
         judge_tokens = int(votes["response_token_ids"].map(len).sum())
         judge_batches = same_batches(list(votes["prompt_token_ids"].map(list)), rm.batch_size)
         jbase_s, jbase_tokens = generate_baseline(
@@ -135,12 +136,10 @@ def measure(config_path: str, num_tasks: int, repeats: int) -> dict[str, Any]:
             temperature=rm.temperature)  # fmt: skip
         if k == 0:
             continue
-        rollout_runs.append(
-            (play_s, play_tokens, base_s, base_tokens, len(rollouts), whole_s, same)
-        )
-        judge_runs.append(
-            (judge_s, judge_tokens, jbase_s, jbase_tokens, len(votes), jwhole_s, jsame)
-        )
+        rollout_runs.append((play_s, play_tokens, base_s, base_tokens, len(rollouts),
+                             timed["hf_step"][0], timed["whole"][0], same))  # fmt: skip
+        judge_runs.append((judge_s, judge_tokens, jbase_s, jbase_tokens, len(votes),
+                           judged["hf_step"][0], judged["whole"][0], jsame))  # fmt: skip
     return {
         "config": config_path,
         "policy": pm.source,
@@ -154,8 +153,14 @@ def measure(config_path: str, num_tasks: int, repeats: int) -> dict[str, Any]:
     }
 
 
+def _same_tokens(arms: dict[str, tuple[float, pd.DataFrame]]) -> bool:
+    """Whether every arm sampled the same tokens as "ours" (equal work)."""
+    ours = list(arms["ours"][1]["response_token_ids"].map(list))
+    return all(list(frame["response_token_ids"].map(list)) == ours for _, frame in arms.values())
+
+
 def _summary(runs: list[Timing], batch: int, new: int) -> dict[str, Any]:
-    ours_s, ours_tok, base_s, base_tok, n, whole_s, _ = (
+    ours_s, ours_tok, base_s, base_tok, n, hf_step_s, whole_s, _ = (
         sum(col) for col in zip(*runs, strict=True)
     )
     ours_rate, base_rate = ours_tok / ours_s, base_tok / base_s
@@ -171,11 +176,14 @@ def _summary(runs: list[Timing], batch: int, new: int) -> dict[str, Any]:
         "generate_tokens_per_s": round(base_rate, 1),
         # seconds per token, ours / generate's: 1.0 = no overhead, < 1 = faster than generate
         "overhead_ratio": round(base_rate / ours_rate, 3),
-        # the same decoding with every prompt prefilled whole (no shared prefix): its seconds,
-        # the speed-up sharing gives, and whether both sampled the same tokens (equal work)
+        # the same decoding with transformers' decode step, and that with every prompt
+        # prefilled whole (no shared prefix): their seconds, the speed-ups lean decoding and
+        # prefix sharing give, and whether all three sampled the same tokens (equal work)
+        "hf_step_seconds": round(hf_step_s, 3),
+        "lean_decoding_speedup": round(hf_step_s / ours_s, 3),
         "whole_prompts_seconds": round(whole_s, 3),
-        "prefix_sharing_speedup": round(whole_s / ours_s, 3),
-        "same_tokens": all(run[6] for run in runs),
+        "prefix_sharing_speedup": round(whole_s / hf_step_s, 3),
+        "same_tokens": all(run[7] for run in runs),
     }
 
 

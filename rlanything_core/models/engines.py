@@ -35,14 +35,20 @@ from rlanything_core.models.services import Service, free_port, vllm_command
 
 class HFEngine:
     """A loaded transformers model in this process. `share_prefix=False` prefills every distinct
-    prompt whole instead of a batch's shared prefix once (`modelling.generate`; benchmarks)."""
+    prompt whole instead of a batch's shared prefix once, `lean_decoding=False` decodes with
+    transformers' step instead of `decoding.LeanDecoder` (`modelling.generate`; benchmarks)."""
 
     def __init__(
-        self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, share_prefix: bool = True
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        share_prefix: bool = True,
+        lean_decoding: bool = True,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.share_prefix = share_prefix
+        self.lean_decoding = lean_decoding
         self._json_keys: dict[tuple[str, ...], JsonKeys] = {}
 
     def generate(
@@ -73,6 +79,7 @@ class HFEngine:
             on_batch=on_batch,
             share_prefix=self.share_prefix,
             constraint=constraint,
+            lean_decoding=self.lean_decoding,
         )
 
     def choose(

@@ -13,6 +13,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
+from rlanything_core.models.decoding import AUTOCAST_ATTRIBUTE
 from rlanything_core.models.default import (
     EMBEDDED_DEFAULT,
     ModelNotFoundError,
@@ -84,6 +85,7 @@ def _autocast_forward(model: Any, device: torch.device, dtype: torch.dtype) -> N
             return forward(*args, **kwargs)
 
     model.forward = autocast_forward
+    setattr(model, AUTOCAST_ATTRIBUTE, dtype)  # the lean decode step does not call forward
 
 
 def contiguous_head_input(model: Any) -> None:

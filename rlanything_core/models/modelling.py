@@ -50,6 +50,7 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 from rlanything_core.base.generation import AnswerScore, Generation, Messages
 from rlanything_core.method.losses import ppo_clip_k3_loss
 from rlanything_core.models.constraints import TokenConstraint
+from rlanything_core.models.decoding import LeanDecoder, lean_supported
 from rlanything_core.models.distributed import Group
 
 
@@ -87,6 +88,7 @@ def generate(
     ignore_eos: bool = False,
     share_prefix: bool = True,
     constraint: TokenConstraint | None = None,
+    lean_decoding: bool = True,
 ) -> list[Generation]:
     """Sample one answer per prompt, each from its own seeded generator.
 
@@ -100,7 +102,9 @@ def generate(
     (benchmarks, as vLLM's option of that name). `share_prefix=False` prefills every distinct
     prompt whole, not the prefix a batch shares once (benchmarks, tests). A `constraint`
     (constraints.py) masks the tokens it does not allow before each sample; the log-probs are
-    then the masked distribution's.
+    then the masked distribution's. Llama-family models decode with `decoding.LeanDecoder`, which
+    reads each prompt's keys and values once per step, not once per answer;
+    `lean_decoding=False` uses transformers' step (benchmarks, tests).
     """
     if len(prompts) != len(seeds):
         raise ValueError(f"got {len(prompts)} prompts but {len(seeds)} seeds")
@@ -125,6 +129,7 @@ def generate(
             top_logprobs=top_logprobs,
             share_prefix=share_prefix,
             constraint=constraint,
+            lean_decoding=lean_decoding,
         )
         for i, (tokens, logprobs, tops, ended) in zip(chunk, outs, strict=True):
             text_ids = tokens[:-1] if ended == "eos" else tokens
@@ -194,9 +199,9 @@ def _shared_prefix(
 
 def _prefill(
     model: PreTrainedModel, prompts: list[tuple[int, ...]], *, pad_id: int, share_prefix: bool
-) -> tuple[CausalLMOutputWithPast, torch.Tensor, torch.Tensor]:
+) -> tuple[CausalLMOutputWithPast, torch.Tensor, torch.Tensor, int]:
     """Run distinct prompts through the model; (output with the KV cache and the last position's
-    logits, attention mask (U, L), position ids (U, L')).
+    logits, attention mask (U, L), position ids (U, L'), the shared prefix's length S (0: none)).
 
     With `share_prefix`, a prefix of at least `MIN_SHARED_PREFIX` tokens that every prompt shares
     is computed once, on one row, and its KV cache copied to all U rows; the rest of each prompt
@@ -228,7 +233,7 @@ def _prefill(
         use_cache=True,
         logits_to_keep=1,
     )
-    return out, attention, positions
+    return out, attention, positions, shared
 
 
 def _decode_batch(
@@ -244,6 +249,7 @@ def _decode_batch(
     top_logprobs: int = 0,
     share_prefix: bool = True,
     constraint: TokenConstraint | None = None,
+    lean_decoding: bool = True,
 ) -> list[tuple[list[int], list[float], list[list[tuple[int, float]]], str]]:
     """Each row's tokens, their log-probs, the top-k alternatives (top_logprobs > 0) and why it
     ended: "eos" (an end token, the last of its tokens), "stop" (`on_token` said so) or
@@ -253,22 +259,36 @@ def _decode_batch(
     # Prefill each distinct prompt once (e.g. the m votes on one step), then copy its KV cache.
     unique: dict[tuple[int, ...], int] = {}
     row_of = [unique.setdefault(tuple(p), len(unique)) for p in prompt_ids]  # (B,) → unique row
-    out, attention, positions = _prefill(
+    out, attention, positions, shared = _prefill(
         model, list(unique), pad_id=pad_id, share_prefix=share_prefix
     )
     generators = [torch.Generator(device=device).manual_seed(s) for s in seeds]
     index = torch.tensor(row_of, device=device)
     assert out.logits is not None
-    out.past_key_values.reorder_cache(index)  # (U, …) → (B, …)
-    out.logits = out.logits[index]
-    attention, positions = attention[index], positions[index]  # (B, L)
+    logits_next = out.logits[index][:, -1, :]  # (B, V)
+    lean = (
+        LeanDecoder(
+            model,
+            out.past_key_values,
+            attention,
+            shared=shared,
+            row_of=row_of,
+            max_new_tokens=max_new_tokens,
+        )
+        if lean_decoding and lean_supported(model)
+        else None
+    )
+    if lean is None:  # transformers' step: the prompt's cache copied to every row
+        out.past_key_values.reorder_cache(index)  # (U, …) → (B, …)
+        attention = attention[index]  # (B, L)
+    positions = positions[index]  # (B, L)
     tokens: list[list[int]] = [[] for _ in range(batch)]
     logprobs: list[list[float]] = [[] for _ in range(batch)]
     tops: list[list[list[tuple[int, float]]]] = [[] for _ in range(batch)]
     ended = ["length"] * batch
     finished = [False] * batch
-    for _ in range(max_new_tokens):
-        logits = out.logits[:, -1, :].float()  # (B, V)
+    for step in range(max_new_tokens):
+        logits = logits_next.float()  # (B, V)
         if constraint is not None:
             for i in range(batch):
                 allowed = None if finished[i] else constraint.allowed(tokens[i], logits.shape[-1])
@@ -301,10 +321,13 @@ def _decode_batch(
                 i, nxt[i], logprobs[i][-1], tops[i][-1] if top_logprobs > 0 else []
             ):
                 finished[i], ended[i] = True, "stop"
-        if all(finished):
+        if all(finished) or step == max_new_tokens - 1:  # no forward for logits never read
             break
-        attention = torch.cat([attention, attention.new_ones((batch, 1))], dim=1)  # (B, L+t)
         positions = positions[:, -1:] + 1  # (B, 1)
+        if lean is not None:
+            logits_next = lean.step(torch.tensor(nxt, device=device), positions)
+            continue
+        attention = torch.cat([attention, attention.new_ones((batch, 1))], dim=1)  # (B, L+t)
         out = model(
             input_ids=torch.tensor(nxt, device=device)[:, None],
             attention_mask=attention,
@@ -312,6 +335,8 @@ def _decode_batch(
             past_key_values=out.past_key_values,
             use_cache=True,
         )
+        assert out.logits is not None
+        logits_next = out.logits[:, -1, :]
     return list(zip(tokens, logprobs, tops, ended, strict=True))
 
 
@@ -448,7 +473,7 @@ def _packed_answer_logprobs(
     slots: dict[tuple[int, ...], dict[tuple[int, ...], None]] = {}  # prompt → its answers, in order
     for ids_of_prompt, listed in zip(prompt_ids, answer_ids, strict=True):
         slots.setdefault(tuple(ids_of_prompt), {}).update(dict.fromkeys(map(tuple, listed)))
-    out, attention, positions = _prefill(model, list(slots), pad_id=pad_id, share_prefix=True)
+    out, attention, positions, _ = _prefill(model, list(slots), pad_id=pad_id, share_prefix=True)
     assert out.logits is not None
     first = out.logits[:, -1, :].float()  # (U, V): predicts every answer's first token
     width = max(sum(len(a) for a in mine) for mine in slots.values())
@@ -516,7 +541,7 @@ def _answer_logprobs(
     device = next(model.parameters()).device
     unique: dict[tuple[int, ...], int] = {}
     prompt_row = [unique.setdefault(tuple(p), len(unique)) for p in prompt_ids]
-    out, attention, positions = _prefill(model, list(unique), pad_id=pad_id, share_prefix=True)
+    out, attention, positions, _ = _prefill(model, list(unique), pad_id=pad_id, share_prefix=True)
     assert out.logits is not None
     pairs = [(b, k) for b, listed in enumerate(answer_ids) for k in range(len(listed))]
     index = torch.tensor([prompt_row[b] for b, _ in pairs], device=device)  # (R,) → unique row
