@@ -5,7 +5,8 @@ after its warm starts) with the model's forward, backward, optimizer step, check
 Parquet I/O timed, and splits each stage's time into:
 - prefill: generation forwards over prompts (`use_cache=True`, no gradients): whole prompts,
   and the rest of each prompt after a batch's shared prefix (against that prefix's cache);
-- decode: generation forwards of one new token per answer against the KV cache;
+- decode: generation forwards of one new token per answer against the KV cache (transformers'
+  step or `decoding.LeanDecoder.step`);
 - logprob: forwards without gradients inside `response_logprobs` (the updates' old log-probs,
   with or without a shared prefix's cache) and any other forward without gradients or cache;
 - train_forward, backward, optimizer: the updates' loss forwards (gradients on, into trainable
@@ -46,6 +47,7 @@ from transformers.models.llama.modeling_llama import LlamaForCausalLM
 import flows.train
 from rlanything_core.base import failpoints
 from rlanything_core.models import modelling
+from rlanything_core.models.decoding import LeanDecoder
 from rlanything_core.models.devices import autocast_dtype, pick_device, resolve_dtype
 
 CATEGORIES = (
@@ -142,6 +144,16 @@ class Profile:
 
         return timed
 
+    def lean_step(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """Time `LeanDecoder.step` (one new token per answer, no `forward` call) as decode."""
+
+        def timed(decoder: Any, tokens: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            total, _ = self._parameters(decoder.model)
+            with self.timing("decode", int(tokens.numel()), 2.0 * total * tokens.numel()):
+                return original(decoder, tokens, *args, **kwargs)
+
+        return timed
+
     def logprobs(self, original: Callable[..., Any]) -> Callable[..., Any]:
         """Mark the forwards of `response_logprobs` (which uses a KV cache for a shared prompt
         prefix, as generation does) as log-prob passes."""
@@ -196,6 +208,7 @@ def patched(profile: Profile) -> Iterator[None]:
     ]
     methods: list[tuple[Any, str, Callable[..., Any]]] = [
         (LlamaForCausalLM, "forward", profile.forward(LlamaForCausalLM.forward)),
+        (LeanDecoder, "step", profile.lean_step(LeanDecoder.step)),
         (modelling, "response_logprobs", profile.logprobs(modelling.response_logprobs)),
         (torch.Tensor, "backward", profile.backward(torch.Tensor.backward)),
         (torch.optim.AdamW, "step", profile.plain("optimizer", torch.optim.AdamW.step)),

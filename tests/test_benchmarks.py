@@ -71,6 +71,25 @@ def test_round_profile_tells_a_training_forward_with_a_cache_from_a_prefill() ->
     assert profile.tokens[(key, "prefill")] == 24
 
 
+def test_round_profile_times_lean_decode_steps_as_decode() -> None:
+    """`generate`'s lean decode step calls no `forward`: its steps are timed as decode, with one
+    token and 2 × parameters FLOPs per answer and step."""
+    from rlanything_core.models.loading import load_model
+    from rlanything_core.models.modelling import generate
+
+    model, tok = load_model("tiny", device="cpu")
+    total = sum(p.numel() for p in model.parameters())
+    profile = round_profile.Profile()
+    prompts = [[{"role": "user", "content": f"go to shelf {i}"}] for i in range(3)]
+    with round_profile.patched(profile):
+        generate(model, tok, prompts, [1, 2, 3], max_new_tokens=5, temperature=1.0,
+                 ignore_eos=True)  # fmt: skip
+    key = "outside stages"
+    assert profile.tokens[(key, "decode")] == 3 * 4  # the first token comes from the prefill
+    assert profile.flops[(key, "decode")] == pytest.approx(2.0 * total * 12)
+    assert profile.tokens[(key, "prefill")] > 0
+
+
 def test_round_profile_counts_the_updates_old_logprob_passes_as_logprob() -> None:
     """`response_logprobs` without gradients (an update's old log-probs) computes a shared prompt
     prefix with a KV cache and the rest against it: both forwards are log-prob passes, not a

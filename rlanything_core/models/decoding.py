@@ -128,6 +128,7 @@ class LeanDecoder:
         max_new_tokens: int,
     ) -> None:
         base = _base(model)
+        self.model = base  # its parameters: benchmarks count a step's FLOPs by them
         self.body, self.head = base.model, base.get_output_embeddings()
         self.autocast = getattr(model, AUTOCAST_ATTRIBUTE, None) or getattr(
             base, AUTOCAST_ATTRIBUTE, None
