@@ -32,12 +32,18 @@ from rlanything_core.models.modelling import eos_ids
 from rlanything_core.run.judging import judge
 from rlanything_core.run.rollout import Sampling, play
 
-# (our seconds, our tokens, generate's seconds, generate's tokens, generations,
-#  our seconds with transformers' decode step, and also with whole-prompt prefills,
-#  whether all three sampled the same tokens)
-Timing = tuple[float, int, float, int, int, float, float, bool]
 # (share_prefix, lean_decoding) of each arm of ours
 ARMS = {"ours": (True, True), "hf_step": (True, False), "whole": (False, False)}
+# one timed repeat: per arm of ours and for "generate", (seconds, tokens, generations), and
+# whether the arms of ours sampled the same tokens
+Timing = tuple[dict[str, tuple[float, int, int]], bool]
+
+
+def _arms(runs: dict[str, tuple[float, pd.DataFrame]]) -> dict[str, tuple[float, int, int]]:
+    return {
+        arm: (seconds, int(frame["response_token_ids"].map(len).sum()), len(frame))
+        for arm, (seconds, frame) in runs.items()
+    }
 
 
 def generate_baseline(
@@ -109,9 +115,8 @@ def measure(config_path: str, num_tasks: int, repeats: int) -> dict[str, Any]:
                         rollouts_per_task=config.rollouts_per_task, round_idx=0, base_seed=k,
                         checkpoint=pm.source)  # fmt: skip
             timed[arm] = (time.perf_counter() - start, rows_frame(rows, "rollouts"))
-        play_s, rollouts = timed["ours"]
+        rollouts = timed["ours"][1]
         same = _same_tokens(timed)
-        play_tokens = int(rollouts["response_token_ids"].map(len).sum())
         # model.generate on the rollout's prompts, batched per lockstep step as play batches them
         batches = [
             b
@@ -127,19 +132,18 @@ def measure(config_path: str, num_tasks: int, repeats: int) -> dict[str, Any]:
             engine = HFEngine(judge_model, judge_tok, share, lean)
             out = pd.DataFrame(judge(engine, rollouts, base_seed=k, **rm_kwargs))
             judged[arm] = (time.perf_counter() - start, out)
-        judge_s, votes = judged["ours"]
+        votes = judged["ours"][1]
         jsame = _same_tokens(judged)
-        judge_tokens = int(votes["response_token_ids"].map(len).sum())
         judge_batches = same_batches(list(votes["prompt_token_ids"].map(list)), rm.batch_size)
         jbase_s, jbase_tokens = generate_baseline(
             judge_model, judge_tok, judge_batches, max_new_tokens=rm.max_new_tokens,
             temperature=rm.temperature)  # fmt: skip
         if k == 0:
             continue
-        rollout_runs.append((play_s, play_tokens, base_s, base_tokens, len(rollouts),
-                             timed["hf_step"][0], timed["whole"][0], same))  # fmt: skip
-        judge_runs.append((judge_s, judge_tokens, jbase_s, jbase_tokens, len(votes),
-                           judged["hf_step"][0], judged["whole"][0], jsame))  # fmt: skip
+        arms = _arms(timed) | {"generate": (base_s, base_tokens, len(rollouts))}
+        rollout_runs.append((arms, same))
+        arms = _arms(judged) | {"generate": (jbase_s, jbase_tokens, len(votes))}
+        judge_runs.append((arms, jsame))
     return {
         "config": config_path,
         "policy": pm.source,
@@ -160,30 +164,39 @@ def _same_tokens(arms: dict[str, tuple[float, pd.DataFrame]]) -> bool:
 
 
 def _summary(runs: list[Timing], batch: int, new: int) -> dict[str, Any]:
-    ours_s, ours_tok, base_s, base_tok, n, hf_step_s, whole_s, _ = (
-        sum(col) for col in zip(*runs, strict=True)
-    )
-    ours_rate, base_rate = ours_tok / ours_s, base_tok / base_s
+    """Seconds, tokens and generations of each arm summed over the repeats; rates and speed-ups
+    per generated token (in bfloat16 the arms of ours may sample different tokens, so play
+    episodes of other lengths: not quite equal work)."""
+    total = {
+        arm: tuple(sum(run[0][arm][i] for run in runs) for i in range(3))
+        for arm in (*ARMS, "generate")
+    }
+    rate = {arm: tokens / seconds for arm, (seconds, tokens, _) in total.items()}
     return {
         "batch_size": batch,
         "max_new_tokens": new,
-        "generations": n,
-        "ours_seconds": round(ours_s, 3),
-        "ours_tokens": ours_tok,
-        "ours_tokens_per_s": round(ours_rate, 1),
-        "generate_seconds": round(base_s, 3),
-        "generate_tokens": base_tok,
-        "generate_tokens_per_s": round(base_rate, 1),
+        "generations": total["ours"][2],
+        "ours_seconds": round(total["ours"][0], 3),
+        "ours_tokens": total["ours"][1],
+        "ours_tokens_per_s": round(rate["ours"], 1),
+        "generate_seconds": round(total["generate"][0], 3),
+        "generate_tokens": total["generate"][1],
+        "generate_tokens_per_s": round(rate["generate"], 1),
         # seconds per token, ours / generate's: 1.0 = no overhead, < 1 = faster than generate
-        "overhead_ratio": round(base_rate / ours_rate, 3),
+        "overhead_ratio": round(rate["generate"] / rate["ours"], 3),
         # the same decoding with transformers' decode step, and that with every prompt
-        # prefilled whole (no shared prefix): their seconds, the speed-ups lean decoding and
-        # prefix sharing give, and whether all three sampled the same tokens (equal work)
-        "hf_step_seconds": round(hf_step_s, 3),
-        "lean_decoding_speedup": round(hf_step_s / ours_s, 3),
-        "whole_prompts_seconds": round(whole_s, 3),
-        "prefix_sharing_speedup": round(whole_s / hf_step_s, 3),
-        "same_tokens": all(run[7] for run in runs),
+        # prefilled whole (no shared prefix): their seconds, tokens and generations, the
+        # speed-ups (per token) lean decoding and prefix sharing give, and whether all three
+        # sampled the same tokens (equal work)
+        "hf_step_seconds": round(total["hf_step"][0], 3),
+        "hf_step_tokens": total["hf_step"][1],
+        "hf_step_generations": total["hf_step"][2],
+        "lean_decoding_speedup": round(rate["ours"] / rate["hf_step"], 3),
+        "whole_prompts_seconds": round(total["whole"][0], 3),
+        "whole_prompts_tokens": total["whole"][1],
+        "whole_prompts_generations": total["whole"][2],
+        "prefix_sharing_speedup": round(rate["hf_step"] / rate["whole"], 3),
+        "same_tokens": all(run[1] for run in runs),
     }
 
 
