@@ -104,9 +104,11 @@ TARGETS: list[tuple[str, str, Callable[[dict[str, Any]], float], float, str, str
         generation_speed_over_generate,
         3.0,
         "min",
-        "decoding, at 6-13 % MFU (one token per forward over batches of at most 32 answers, "
-        "where generate decodes the same batches): a decode step with less per-token Python "
-        "(a static KV cache, torch.compile) and larger decode batches across tasks",
+        "the rollout (1.75x generate, against 3.1x for RM scoring): its decode over the demo's "
+        "8 episodes (6.1 of the rollout's 13.2 s at 7 % MFU, one token per forward reading every "
+        "weight; the lean step does not help there) wants more answers per forward than 2 tasks "
+        "x 4 rollouts give; its prefill (4.5 s, 55 % MFU) re-reads each episode's prompt every "
+        "step, which a KV cache kept across an episode's steps would not",
     ),
     (
         "policy and RM update MFU (of the measured matmul peak)",
@@ -114,7 +116,7 @@ TARGETS: list[tuple[str, str, Callable[[dict[str, Any]], float], float, str, str
         update_mfu,
         0.5,
         "min",
-        "the backward pass (the lowest part, 26-31 % MFU): PEFT's float32 adapters beside "
+        "the backward pass (the lowest part, 28-29 % MFU): PEFT's float32 adapters beside "
         "bfloat16 weights copy every adapted layer's input and output between dtypes; then "
         "larger micro-batches than the demo's 4 rows (an update of 8 samples is small work)",
     ),
