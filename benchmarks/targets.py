@@ -116,9 +116,11 @@ TARGETS: list[tuple[str, str, Callable[[dict[str, Any]], float], float, str, str
         update_mfu,
         0.5,
         "min",
-        "the backward pass (the lowest part, 28-29 % MFU): PEFT's float32 adapters beside "
-        "bfloat16 weights copy every adapted layer's input and output between dtypes; then "
-        "larger micro-batches than the demo's 4 rows (an update of 8 samples is small work)",
+        "the backward pass (the lowest part, 28-29 % MFU): the CPU flash-attention kernel's "
+        "backward is 14-18 % of an update step and its FLOPs are not counted (eager attention: "
+        "1.1x a step, at about 0.9 GB more for a warm-start pass; benchmarks/results/"
+        "update-probe/); then PEFT's float32 adapters' dtype copies; the linear layers "
+        "themselves run at 88-103 % of the square-matmul peak at these sizes",
     ),
     (
         "outcome-only round / TRL GRPOTrainer step, SmolLM2 (equal work)",
