@@ -151,15 +151,16 @@ class LeanDecoder:
         self.prompt_kv: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.own_kv: list[tuple[torch.Tensor, torch.Tensor]] = []
         for layer in cache.layers:
-            # (U, kv heads, S + W, d), in float32 as the fused attention kernels compute: scores
-            # rounded to bfloat16 would move a token's log-prob by up to 0.2
-            keys, values = layer.keys.float(), layer.values.float()
-            self.shared_kv.append((keys[0, :, :shared], values[0, :, :shared]))
-            self.prompt_kv.append((keys[:, :, shared:], values[:, :, shared:]))
+            # (U, kv heads, S + W, d): the shared prefix from row 0 (every row holds a copy),
+            # each prompt's own part, in float32 as the fused attention kernels compute (scores
+            # rounded to bfloat16 would move a token's log-prob by up to 0.2; a float32 model's
+            # are views, not copies)
+            keys, values = layer.keys, layer.values
+            self.shared_kv.append((keys[0, :, :shared].float(), values[0, :, :shared].float()))
+            self.prompt_kv.append((keys[:, :, shared:].float(), values[:, :, shared:].float()))
             shape = (self.batch, self.kv_heads, max_new_tokens, self.head_dim)
-            self.own_kv.append(
-                (keys.new_empty(shape), values.new_empty(shape))  # written one token a step
-            )
+            own = torch.empty(shape, dtype=torch.float32, device=device)
+            self.own_kv.append((own, torch.empty_like(own)))  # written one token a step
         self.length = 0  # generated tokens whose keys and values are cached
 
     def _stacked(self, x: torch.Tensor) -> torch.Tensor:

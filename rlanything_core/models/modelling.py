@@ -265,11 +265,12 @@ def _decode_batch(
     generators = [torch.Generator(device=device).manual_seed(s) for s in seeds]
     index = torch.tensor(row_of, device=device)
     assert out.logits is not None
-    logits_next = out.logits[index][:, -1, :]  # (B, V)
+    logits_next, cache = out.logits[index][:, -1, :], out.past_key_values  # (B, V)
+    del out
     lean = (
         LeanDecoder(
             model,
-            out.past_key_values,
+            cache,
             attention,
             shared=shared,
             row_of=row_of,
@@ -278,8 +279,10 @@ def _decode_batch(
         if lean_decoding and lean_supported(model)
         else None
     )
-    if lean is None:  # transformers' step: the prompt's cache copied to every row
-        out.past_key_values.reorder_cache(index)  # (U, …) → (B, …)
+    if lean is not None:
+        cache = None  # the lean decoder holds what it reads (in float32: the bfloat16 one goes)
+    else:  # transformers' step: the prompt's cache copied to every row
+        cache.reorder_cache(index)  # (U, …) → (B, …)
         attention = attention[index]  # (B, L)
     positions = positions[index]  # (B, L)
     tokens: list[list[int]] = [[] for _ in range(batch)]
@@ -332,11 +335,11 @@ def _decode_batch(
             input_ids=torch.tensor(nxt, device=device)[:, None],
             attention_mask=attention,
             position_ids=positions,
-            past_key_values=out.past_key_values,
+            past_key_values=cache,
             use_cache=True,
         )
         assert out.logits is not None
-        logits_next = out.logits[:, -1, :]
+        logits_next, cache = out.logits[:, -1, :], out.past_key_values
     return list(zip(tokens, logprobs, tops, ended, strict=True))
 
 
