@@ -256,7 +256,8 @@ def _decode_batch(
     "length"."""
     device = next(model.parameters()).device
     batch = len(prompt_ids)
-    # Prefill each distinct prompt once (e.g. the m votes on one step), then copy its KV cache.
+    # Prefill each distinct prompt once (e.g. the m votes on one step); the lean decoder reads
+    # its keys and values once a step, transformers' step from a copy per answer.
     unique: dict[tuple[int, ...], int] = {}
     row_of = [unique.setdefault(tuple(p), len(unique)) for p in prompt_ids]  # (B,) → unique row
     out, attention, positions, shared = _prefill(
