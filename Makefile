@@ -59,7 +59,7 @@ test-gpu: setup
 bench: setup
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	$(BIN)/python benchmarks/throughput.py --config configs/tiny.yaml --out benchmarks/results/throughput-tiny.json
-	$(BIN)/python benchmarks/throughput.py --config configs/demo.yaml --tasks 2 --repeats 1 --out benchmarks/results/throughput-demo.json
+	$(BIN)/python benchmarks/throughput.py --config configs/demo.yaml --tasks 2 --repeats 2 --out benchmarks/results/throughput-demo.json
 	$(BIN)/python benchmarks/prefill_sharing.py --config configs/demo.yaml --out benchmarks/results/prefill-sharing-demo.json
 	$(BIN)/python benchmarks/choose_packing.py --config configs/learning-household.yaml --out benchmarks/results/choose-packing-household.json
 	$(BIN)/python benchmarks/choose_packing.py --config configs/learning-textworld.yaml --out benchmarks/results/choose-packing-textworld.json
