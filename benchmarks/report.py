@@ -43,23 +43,14 @@ def rows() -> list[tuple[str, str, str]]:
                     f"**{r['overhead_ratio']:.2f}**"
                 )
                 same = "same tokens" if r["same_tokens"] else "tokens differ (rounding)"
-                if "lean_decoding_speedup" in r:
-                    result += (
-                        f"; lean decode step **{r['lean_decoding_speedup']:.2f}×** "
-                        f"transformers' step ({r['hf_step_seconds']:.1f} s → "
-                        f"{r['ours_seconds']:.1f} s); shared prompt prefix prefilled once: "
-                        f"**{r['prefix_sharing_speedup']:.2f}×** the whole-prompt prefill "
-                        f"({r['whole_prompts_seconds']:.1f} s → {r['hf_step_seconds']:.1f} s); "
-                        f"{same}; {tp['machine']['torch_threads']} torch thread(s)"
-                    )
-                elif "prefix_sharing_speedup" in r:
-                    result += (
-                        "; shared prompt prefix prefilled once: "
-                        f"**{r['prefix_sharing_speedup']:.2f}×** the whole-prompt prefill "
-                        f"({r['whole_prompts_seconds']:.1f} s → "
-                        f"{r['ours_seconds']:.1f} s, {same}; {tp['machine']['torch_threads']} "
-                        "torch thread(s))"
-                    )
+                result += (
+                    f"; lean decode step **{r['lean_decoding_speedup']:.2f}×** "
+                    f"transformers' step ({r['hf_step_seconds']:.1f} s → "
+                    f"{r['ours_seconds']:.1f} s); shared prompt prefix prefilled once: "
+                    f"**{r['prefix_sharing_speedup']:.2f}×** the whole-prompt prefill "
+                    f"({r['whole_prompts_seconds']:.1f} s → {r['hf_step_seconds']:.1f} s); "
+                    f"{same}; {tp['machine']['torch_threads']} torch thread(s)"
+                )
                 out.append(
                     (f"{label} throughput, {config} ({model})", result, f"throughput-{config}.json")
                 )

@@ -40,6 +40,7 @@ from peft import PeftModel
 from torch.distributed.fsdp import FSDPModule
 from torch.nn.parallel import DistributedDataParallel
 from transformers import PreTrainedModel
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 LEAN_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2"})
 """Architectures whose decoder layer is: norm, q/k/v projections, rotary embedding, attention,
@@ -54,6 +55,13 @@ def _base(model: Any) -> Any:
     return model.get_base_model() if isinstance(model, PeftModel) else model
 
 
+def sliding_window(model: PreTrainedModel) -> int:
+    """The window the model's attention slides over, in tokens; 0 when it attends to all."""
+    if getattr(model.config, "use_sliding_window", True) is False:
+        return 0
+    return int(getattr(model.config, "sliding_window", None) or 0)
+
+
 def lean_supported(model: PreTrainedModel) -> bool:
     """Whether `LeanDecoder` can run `model`'s decode steps: a Llama-family architecture, not
     wrapped for DDP or FSDP (their forward synchronizes ranks), no sliding window, and the
@@ -61,10 +69,7 @@ def lean_supported(model: PreTrainedModel) -> bool:
     if isinstance(model, DistributedDataParallel | FSDPModule):
         return False
     base = _base(model)
-    config = base.config
-    if config.model_type not in LEAN_MODEL_TYPES:
-        return False
-    if getattr(config, "use_sliding_window", True) and getattr(config, "sliding_window", None):
+    if base.config.model_type not in LEAN_MODEL_TYPES or sliding_window(base):
         return False
     layers = getattr(getattr(base, "model", None), "layers", None)
     if not layers:
@@ -73,11 +78,6 @@ def lean_supported(model: PreTrainedModel) -> bool:
     return all(hasattr(attention, p) for p in ("q_proj", "k_proj", "v_proj", "o_proj")) and not (
         hasattr(attention, "q_norm") or hasattr(attention, "k_norm")
     )
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 @dataclass
@@ -143,10 +143,8 @@ class LeanDecoder:
         own = attention[:, shared:]  # (U, W)
         index = torch.tensor(list(row_of), device=device)
         # (B, 1, 1, W): 0 where the prompt has a token, −∞ at its padding
-        self.prompt_bias = torch.zeros(own.shape, dtype=torch.float32, device=device)
-        self.prompt_bias = self.prompt_bias.masked_fill(own == 0, float("-inf"))[index][
-            :, None, None, :
-        ]
+        padding = torch.zeros(own.shape, device=device).masked_fill(own == 0, float("-inf"))
+        self.prompt_bias = padding[index][:, None, None, :]
         self.shared_kv: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.prompt_kv: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.own_kv: list[tuple[torch.Tensor, torch.Tensor]] = []
@@ -193,12 +191,11 @@ class LeanDecoder:
         else:
             s_prompt = self._unstacked(self._stacked(q) @ prompt_k.transpose(2, 3), g)
         s_own = q @ own_k.transpose(2, 3)  # (B, kv, g, t)
-        scores = torch.cat([s_shared, s_prompt, s_own], dim=-1) * self.scaling
-        width = s_prompt.shape[-1]
+        # padding masked (−∞ · scale stays −∞)
+        scores = torch.cat([s_shared, s_prompt + self.prompt_bias, s_own], dim=-1) * self.scaling
         lo = s_shared.shape[-1]
-        scores[..., lo : lo + width] += self.prompt_bias
         p = torch.softmax(scores, dim=-1)
-        p_shared, p_prompt, p_own = p.split([lo, width, own_k.shape[2]], dim=-1)
+        p_shared, p_prompt, p_own = p.split([lo, s_prompt.shape[-1], own_k.shape[2]], dim=-1)
         out = p_own @ own_v  # (B, kv, g, d)
         if lo:
             by_head = p_shared.transpose(0, 1).reshape(self.kv_heads, b * g, lo)
@@ -221,7 +218,6 @@ class LeanDecoder:
         b, d = self.batch, self.head_dim
         x = self.body.embed_tokens(tokens[:, None])  # (B, 1, hidden)
         cos, sin = self.body.rotary_emb(x, positions)  # (B, 1, d)
-        cos, sin = cos[:, None], sin[:, None]  # (B, 1, 1, d) against (B, heads, 1, d)
         t = self.length
         self.length += 1
         for i, layer in enumerate(self.body.layers):
@@ -230,8 +226,7 @@ class LeanDecoder:
             q = attention.q_proj(h).view(b, 1, self.heads, d).transpose(1, 2)
             k = attention.k_proj(h).view(b, 1, self.kv_heads, d).transpose(1, 2)
             v = attention.v_proj(h).view(b, 1, self.kv_heads, d).transpose(1, 2)
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
+            q, k = apply_rotary_pos_emb(q, k, cos, sin)  # (B, 1, 1, d) against (B, heads, 1, d)
             own_k, own_v = self.own_kv[i]
             own_k[:, :, t] = k[:, :, 0]  # to float32
             own_v[:, :, t] = v[:, :, 0]

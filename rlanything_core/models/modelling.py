@@ -50,7 +50,7 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 from rlanything_core.base.generation import AnswerScore, Generation, Messages
 from rlanything_core.method.losses import ppo_clip_k3_loss
 from rlanything_core.models.constraints import TokenConstraint
-from rlanything_core.models.decoding import LeanDecoder, lean_supported
+from rlanything_core.models.decoding import LeanDecoder, lean_supported, sliding_window
 from rlanything_core.models.distributed import Group
 
 
@@ -166,13 +166,6 @@ def shared_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
     return n
 
 
-def _sliding_window(model: PreTrainedModel) -> int:
-    """The window the model's attention slides over, in tokens; 0 when it attends to all."""
-    if getattr(model.config, "use_sliding_window", True) is False:
-        return 0
-    return int(getattr(model.config, "sliding_window", None) or 0)
-
-
 def _shared_prefix(
     model: PreTrainedModel, prompts: Sequence[Sequence[int]], *, longest: int
 ) -> tuple[int, Any]:
@@ -186,7 +179,7 @@ def _shared_prefix(
     if len(prompts) < 2 or isinstance(model, FSDPModule):
         return 0, None
     inner = model.module if isinstance(model, DistributedDataParallel) else model
-    window = _sliding_window(inner)
+    window = sliding_window(inner)
     shared = 0 if window and longest > window else shared_prefix_length(prompts)
     if shared < MIN_SHARED_PREFIX:
         return 0, None
@@ -445,7 +438,7 @@ def _packs_answers(model: PreTrainedModel) -> bool:
     config = model.config
     return (
         getattr(config, "_attn_implementation", None) in ("sdpa", "eager")
-        and not _sliding_window(model)
+        and not sliding_window(model)
         and getattr(config, "final_logit_softcapping", None) is None
         and model.get_output_embeddings() is not None
     )
