@@ -30,6 +30,7 @@ from rlanything_core.models.modelling import (
     generate,
     ppo_update,
     response_logprobs,
+    sample_rows,
     shared_prefix_length,
     with_eos,
 )
@@ -92,6 +93,32 @@ def test_generation_is_seeded_per_sample() -> None:
         assert len(g.token_ids) == len(g.logprobs) <= 12
         assert g.finish_reason in {"stop", "length"}
         assert g.finish_reason == "length" or g.token_ids[-1] == tok.eos_token_id
+
+
+def test_sample_rows_draws_each_token_by_its_probability() -> None:
+    """20 000 draws from a 6-token distribution (one masked): frequencies within 4 standard
+    errors of the probabilities, the masked token never, a finished row draws nothing, and the
+    draws of a row depend only on its own generator."""
+    probs = torch.tensor([0.5, 0.25, 0.15, 0.07, 0.03, 0.0])
+    logp = probs.log()[None].expand(4, -1).clone()  # (4, 6), the masked token at −∞
+    draws = 5000
+    gens = [torch.Generator().manual_seed(s) for s in range(4)]
+    counts = torch.zeros(6)
+    for _ in range(draws):
+        picked = sample_rows(logp, gens)
+        counts += torch.bincount(picked, minlength=6)
+    freq = counts / (4 * draws)
+    stderr = (probs * (1 - probs) / (4 * draws)).sqrt()
+    assert counts[5] == 0
+    assert bool(((freq - probs).abs() <= 4 * stderr + 1e-9).all()), (freq, probs)
+    # a finished row draws no uniform: the other rows' draws are unchanged, its token is 0
+    a = [torch.Generator().manual_seed(s) for s in (7, 8)]
+    b = [torch.Generator().manual_seed(s) for s in (7, 8)]
+    both = [sample_rows(logp[:2], a).tolist() for _ in range(20)]
+    skipped = [sample_rows(logp[:2], b, skip=[True, False]).tolist() for _ in range(20)]
+    assert [x[1] for x in both] == [x[1] for x in skipped]
+    assert {x[0] for x in skipped} == {0}
+    assert a[0].get_state().tolist() != b[0].get_state().tolist()
 
 
 def test_sampler_logprobs_match_recomputed_ones() -> None:

@@ -72,6 +72,25 @@ def eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[i
 TokenCallback = Callable[[int, int, float, list[tuple[int, float]]], bool]
 
 
+def sample_rows(
+    logp: torch.Tensor, generators: Sequence[torch.Generator], *, skip: Sequence[bool] = ()
+) -> torch.Tensor:
+    """One token per row of `logp` (B, V) log-probs, row b drawn with `generators[b]`: the
+    exponential race (Gumbel-max) argmax_v logp_bv − log E_bv with E_bv = −log U_bv, U_bv
+    uniform on [0, 1) from the row's generator. It picks v with probability exp(logp_bv) / Σ
+    exp(logp_b·), as `torch.multinomial` does, from one vectorized uniform draw per row: the
+    exponential draws inside `multinomial` took 1.0 ms per row of SmolLM2's 49 152 tokens on
+    this 2-core CPU against 0.24 ms, a tenth of a demo decode step per row. A −∞ log-prob (a
+    masked token) is never picked. Rows in `skip` (already finished) draw nothing and get 0."""
+    batch, vocab = logp.shape
+    uniform = torch.zeros_like(logp)
+    for b in range(batch):
+        if not (skip and skip[b]):
+            torch.rand(vocab, generator=generators[b], out=uniform[b])
+    # −log(−log U): U = 0 gives −∞ (never picked), U < 1 always (finite)
+    return (logp - torch.log(-torch.log(uniform))).argmax(dim=-1)
+
+
 @torch.no_grad()
 def generate(
     model: PreTrainedModel,
@@ -293,10 +312,7 @@ def _decode_batch(
                     logits[i].masked_fill_(~allowed.to(logits.device), float("-inf"))
         logp = torch.log_softmax(logits / temperature if temperature > 0 else logits, dim=-1)
         if temperature > 0:  # each row from its own generator; the draws stay on the device
-            probs = logp.exp()
-            picked = torch.cat(
-                [torch.multinomial(probs[i], 1, generator=generators[i]) for i in range(batch)]
-            )  # (B,)
+            picked = sample_rows(logp, generators, skip=finished)  # (B,)
         else:
             picked = logp.argmax(dim=-1)
         # two copies to the host per token (tokens, log-probs), not two per row: each copy is a
