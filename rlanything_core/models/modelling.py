@@ -94,7 +94,7 @@ def sample_rows(
             for b, g in enumerate(generators)
         ]
     ).to(logp.device)  # (B,)
-    cumulative = logp.exp().double().cumsum(dim=-1)  # (B, V)
+    cumulative = logp.double().exp_().cumsum_(dim=-1)  # (B, V); one buffer, not three
     target = (uniform * cumulative[:, -1])[:, None]  # (B, 1), below C_bV
     # U·C_bV rounding up to C_bV itself (probability about 2⁻⁵³) would index past the end
     picked = torch.searchsorted(cumulative, target, right=True)[:, 0].clamp(max=vocab - 1)
