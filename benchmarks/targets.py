@@ -104,11 +104,11 @@ TARGETS: list[tuple[str, str, Callable[[dict[str, Any]], float], float, str, str
         generation_speed_over_generate,
         3.0,
         "min",
-        "the rollout (1.75x generate, against 3.1x for RM scoring): its decode over the demo's "
-        "8 episodes (6.1 of the rollout's 13.2 s at 7 % MFU, one token per forward reading every "
-        "weight; the lean step does not help there) wants more answers per forward than 2 tasks "
-        "x 4 rollouts give; its prefill (4.5 s, 55 % MFU) re-reads each episode's prompt every "
-        "step, which a KV cache kept across an episode's steps would not",
+        "the rollout (about 2x generate, against 4x for RM scoring): its decode over the demo's "
+        "8 episodes reads every weight for 8 tokens (27 of 44 ms a step in the linear layers, "
+        "about 10 GB/s; sampling/README.md); the rest of a step is per-layer small operations "
+        "(about 17 ms). A KV cache kept across an episode's steps would save nothing here: the "
+        "demo's prompts (history_steps: 0) share only the system prompt, prefilled once a batch",
     ),
     (
         "policy and RM update MFU (of the measured matmul peak)",
