@@ -105,10 +105,11 @@ TARGETS: list[tuple[str, str, Callable[[dict[str, Any]], float], float, str, str
         3.0,
         "min",
         "the rollout (about 2x generate, against 4x for RM scoring): its decode over the demo's "
-        "8 episodes reads every weight for 8 tokens (27 of 44 ms a step in the linear layers, "
-        "about 10 GB/s; sampling/README.md); the rest of a step is per-layer small operations "
-        "(about 17 ms). A KV cache kept across an episode's steps would save nothing here: the "
-        "demo's prompts (history_steps: 0) share only the system prompt, prefilled once a batch",
+        "8 episodes reads every weight for 8 tokens (27-32 of 44-52 ms a step in the linear "
+        "layers, about 10 GB/s; sampling/README.md); the rest of a step is per-layer small "
+        "operations (17-20 ms). A KV cache kept across an episode's steps would save nothing "
+        "here: the demo's prompts (history_steps: 0) share only the system prompt, prefilled "
+        "once a batch",
     ),
     (
         "policy and RM update MFU (of the measured matmul peak)",
