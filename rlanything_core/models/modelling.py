@@ -80,10 +80,10 @@ def sample_rows(
     C_bv = Σ_{w ≤ v} exp(logp_bw) exceeds U_b·C_bV, U_b uniform on [0, 1) from the row's
     generator (one draw per row; the sums in float64). It picks v with probability
     exp(logp_bv) / C_bV, as `torch.multinomial` does, whose exponential draws (one per token)
-    took 1.0 ms per row of SmolLM2's 49 152 tokens on this 2-core CPU: 24 ms a step for the
-    demo's 24 RM votes, against 1.3 ms for this. A token of probability 0 (masked, −∞) is
-    never picked: its interval is empty. Rows in `skip` (already finished) draw nothing and
-    get 0."""
+    took 1.0 ms per row of SmolLM2's 49 152 tokens on a 2-core CPU: 24.7 ms for 24 rows,
+    against 1.8 ms for this (benchmarks/results/sampling/probes/sampler_time.py). A token of
+    probability 0 (masked, −∞) is never picked: its interval is empty. Rows in `skip` (already
+    finished) draw nothing and get 0."""
     batch, vocab = logp.shape
     skipped = [bool(skip and skip[b]) for b in range(batch)]
     uniform = torch.cat(
