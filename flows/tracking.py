@@ -19,6 +19,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import math
 import os
 import time
 import warnings
@@ -391,7 +392,9 @@ class Tracker:
         """After the learning curve's evaluation at `step` (of the checkpoints of round
         step - 1): tag each role's version with its held-out score (`BEST_BY`, the first split of
         `evaluation.curve_splits`) and point the alias `best` at the highest-scoring version
-        evaluated the same way (`eval_signature`); a holder evaluated otherwise is replaced."""
+        evaluated the same way (`eval_signature`); a holder evaluated otherwise is replaced. An
+        undefined score (nan) is tagged but ranks no version; while no version has a defined
+        score the alias is left as it is."""
         if step == 0:
             return  # the starting models are not versions of the run
         signature = eval_signature(self.config)
@@ -410,10 +413,13 @@ class Tracker:
                     name, version.version, "heldout.signature", signature
                 )
             wanted = {"heldout.signature": signature, "heldout.metric": key}
+            # an undefined score (nan: a balanced accuracy whose held-out steps had one class
+            # only) ranks no version: max() over nan comparisons depends on the order
             scored = [
                 v
                 for v in self.client.search_model_versions(f"name = '{name}'")
                 if all(v.tags.get(k) == want for k, want in wanted.items())
+                and not math.isnan(float(v.tags["heldout.score"]))
             ]
             if not scored:
                 continue
