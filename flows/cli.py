@@ -93,6 +93,22 @@ def _apart(before: dict[str, Any], after: dict[str, Any], key: str) -> str:
     return "no change that the intervals can tell"
 
 
+# Accuracies and baselines are means computed two ways (a share of correct verdicts against
+# max(p, 1 − p)): an RM that answers the majority verdict everywhere scores its baseline give or
+# take the last bits of a float.
+_ROUNDING = 1e-9
+
+
+def _against_baseline(after: dict[str, Any], key: str, baseline: str) -> str:
+    """A note on `key` against its trivial baseline after training: "" when it is above the
+    baseline by more than its interval's reach, else what keeps it from being a gain."""
+    if after[key] <= after[baseline] + _ROUNDING:
+        return "; not above the majority baseline"
+    if after.get(f"{key}_ci_low", math.inf) <= after[baseline]:
+        return "; its interval reaches the majority baseline"
+    return ""
+
+
 def held_out_tables(summary: dict[str, Any]) -> list[Table]:
     """The learning curve of a run with `evaluation.every` as two tables: Before → After on the
     held-out in-domain tasks (out-of-domain where only that was evaluated), each accuracy with its
@@ -119,8 +135,8 @@ def held_out_tables(summary: dict[str, Any]) -> list[Table]:
         if key not in before or key not in after:
             continue
         verdict = _apart(before, after, key)
-        if baseline is not None and after[key] <= after[baseline]:
-            verdict += "; not above the majority baseline"
+        if baseline is not None:
+            verdict += _against_baseline(after, key, baseline)
         change.add_row(
             label,
             _with_interval(before, key),

@@ -130,3 +130,46 @@ def test_a_run_with_a_learning_curve_prints_before_and_after() -> None:
     curve = text.split("held-out curve (id)")[1].splitlines()
     cells = [line.split("│")[1].strip() for line in curve if line.startswith("│")]
     assert cells == ["0", "2", "4"]  # the curve in round order
+
+
+def test_an_rm_answering_the_majority_verdict_is_not_called_a_gain() -> None:
+    """`make run` at 072f9b1 printed the RM's plain accuracy as "rose" to 0.829 against a majority
+    baseline of 0.829 without the flag: 87/105 as a share of correct verdicts is one ulp above
+    1 − 18/105. An RM that answers the majority verdict everywhere scores its baseline."""
+    import numpy as np
+    from rich.console import Console
+
+    from flows.cli import held_out_tables
+    from rlanything_core.method.stats import accuracy, majority_baseline
+
+    positive = np.array([True] * 18 + [False] * 87)
+    task = np.arange(105) % 16
+
+    def point(step: int, correct: np.ndarray) -> dict[str, float]:
+        score = accuracy(correct, task)
+        return _point(step, 0.2, 0.1, 0.3, 0.5) | {
+            "eval/id/rm_process_accuracy": score.value,
+            "eval/id/rm_process_accuracy_ci_low": score.low,
+            "eval/id/rm_process_accuracy_ci_high": score.high,
+            "eval/id/rm_process_majority_baseline": majority_baseline(positive),
+        }
+
+    def raw_line(after: np.ndarray) -> str:
+        screen = Console(width=300, record=True)
+        summary = {"eval": [point(0, positive.copy()), point(2, after)]}
+        for table in held_out_tables(summary):
+            screen.print(table)
+        return next(
+            line for line in screen.export_text().splitlines() if "RM process accuracy  " in line
+        )
+
+    always_no = raw_line(~positive)  # every verdict "no progress": the majority class
+    assert "rose (intervals apart)" in always_no
+    assert "not above the majority baseline" in always_no
+    # Right on the majority plus 1 of the 18 progress steps: above the baseline, within its reach.
+    some = ~positive
+    some[0] = True
+    near = raw_line(some)
+    assert "not above" not in near and "its interval reaches the majority baseline" in near
+    # Right everywhere: a gain, no note.
+    assert "majority baseline" not in raw_line(np.ones(105, dtype=bool)).split("majority 0")[0]
