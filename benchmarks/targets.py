@@ -5,6 +5,9 @@ met, and, where it is not, the next lever: what we would change next, as measure
 target whose result file is missing is "not measured". Writes one JSON and prints a table.
 
     python benchmarks/targets.py --out benchmarks/results/targets-demo.json
+
+`--results DIR` reads the same file names from another directory: another machine's results
+(benchmarks/results/intel-avx512-fp32/ holds an Intel Xeon's without native bfloat16).
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ from common import save
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def _load(name: str) -> dict[str, Any] | None:
-    path = RESULTS / name
+def _load(results: Path, name: str) -> dict[str, Any] | None:
+    path = results / name
     return json.loads(path.read_text()) if path.is_file() else None
 
 
@@ -134,15 +137,21 @@ TARGETS: list[tuple[str, str, Callable[[dict[str, Any]], float], float, str, str
 ]
 
 
-def check() -> list[dict[str, Any]]:
+def _shown(path: Path) -> Path:
+    """`path` relative to the repository where it lies inside it."""
+    root = RESULTS.parent.parent
+    return path.resolve().relative_to(root) if path.resolve().is_relative_to(root) else path
+
+
+def check(results: Path = RESULTS) -> list[dict[str, Any]]:
     rows = []
     for name, source, read, target, kind, lever in TARGETS:
-        result = _load(source)
+        result = _load(results, source)
         row: dict[str, Any] = {
             "target": name,
             "goal": f"{'<=' if kind == 'max' else '>='} {target}",
         }
-        row["source"] = f"benchmarks/results/{source}"
+        row["source"] = str(_shown(results / source))
         if result is None:
             row |= {"measured": None, "met": None, "next_lever": lever}
         else:
@@ -154,6 +163,7 @@ def check() -> list[dict[str, Any]]:
                 # where: a verdict holds for the machine and commit its number came from
                 "commit": result.get("commit"),
                 "cpu_model": (result.get("machine") or {}).get("cpu_model"),
+                "cpu_flags": (result.get("machine") or {}).get("cpu_flags"),
                 "met": met,
                 "next_lever": None if met else lever,
             }
@@ -164,12 +174,16 @@ def check() -> list[dict[str, Any]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True)
+    parser.add_argument("--results", type=Path, default=RESULTS, help="the result files' directory")
     args = parser.parse_args()
-    rows = check()
+    rows = check(args.results)
     save(args.out, {"benchmark": "targets", "targets": rows})
     for row in rows:
         state = {None: "not measured", True: "met", False: "NOT met"}[row["met"]]
-        where = f"{row.get('cpu_model') or 'CPU not recorded'}, {row.get('commit') or '?'}"
+        flags = "+".join(row.get("cpu_flags") or []) or "flags not recorded"
+        where = (
+            f"{row.get('cpu_model') or 'CPU not recorded'} ({flags}), {row.get('commit') or '?'}"
+        )
         print(f"{row['target']}: {row['measured']} (goal {row['goal']}): {state} [{where}]")
 
 

@@ -18,6 +18,7 @@ import policy_signal
 import pool_seeds
 import rm_same_steps
 import round_profile
+import targets
 
 from rlanything_core.base.schemas import rows_frame, write_dataset
 
@@ -220,3 +221,22 @@ def test_rm_same_steps_pairs_two_judges_on_the_same_steps() -> None:
         0.0,
         0.0,
     ]
+
+
+def test_targets_read_another_machines_results_and_name_their_cpu(tmp_path: Path) -> None:
+    """`targets.py --results DIR`: each budget read from DIR's file of that name, met or not,
+    with the machine (model and flags) and commit the number came from; a missing file is not
+    measured, never met."""
+    import json
+
+    machine = {"cpu_model": "Intel(R) Xeon(R)", "cpu_flags": ["avx2", "avx512f"]}
+    run = {"wall_seconds": 760.0, "peak_rss_tree_mb": 4096.0, "commit": "abc1234"}
+    (tmp_path / "demo-run.json").write_text(json.dumps(run | {"machine": machine}))
+    rows = {row["target"]: row for row in targets.check(tmp_path)}
+    wall = rows["make run wall seconds (after install, warm starts included)"]
+    assert wall["measured"] == 760.0 and wall["met"] is False and wall["next_lever"]
+    assert wall["cpu_flags"] == ["avx2", "avx512f"] and wall["commit"] == "abc1234"
+    memory = rows["demo peak RSS, GB (process tree)"]
+    assert memory["measured"] == 4.0 and memory["met"] is True and memory["next_lever"] is None
+    missing = rows["policy and RM update MFU (of the measured matmul peak)"]
+    assert missing["measured"] is None and missing["met"] is None
