@@ -364,6 +364,12 @@ def test_rm_samples_balance_weighs_the_kept_votes() -> None:
     plain, metrics = rm_samples(rollouts, judgments, s, policy, **kwargs)
     balanced, _ = rm_samples(rollouts, judgments, s, policy, balance=True, **kwargs)
     assert plain["kept"].all() and metrics["reward_model/kept_progress_verdicts"] == 2 / 3
+    assert metrics["reward_model/tasks_in_band"] == 1.0
+    # The paper's RM band [0.2, 0.8]: a task won in every episode (accuracy 1) teaches nothing.
+    outside, metrics = rm_samples(rollouts, judgments, s, policy, **(kwargs | {"band": (0.2, 0.8)}))
+    assert not outside["kept"].any() and (outside["advantage"] == 0).all()
+    assert metrics["reward_model/tasks_in_band"] == 0.0
+    assert metrics["reward_model/kept_samples"] == 0.0
     np.testing.assert_allclose(
         balanced["advantage"], plain["advantage"].to_numpy() * [0.75, 0.75, 1.5]
     )

@@ -167,6 +167,11 @@ def rm_samples(
         "reward_model/parse_failure_rate": float((~parsed).mean()) if len(parsed) else 0.0,
         "reward_model/vote_agreement": float(agree.mean()) if len(agree) else 0.0,
         "reward_model/kept_samples": float(kept.sum()),
+        "reward_model/tasks_in_band": float(
+            in_accuracy_band(
+                steps.drop_duplicates(["task_id", "task_version"])["task_accuracy"], *band
+            ).sum()
+        ),
         "reward_model/kept_progress_verdicts": float((votes_df.loc[kept, "verdict"] > 0).mean())
         if kept.any()
         else 0.0,
