@@ -108,6 +108,7 @@ def measure(config_path: str, num_tasks: int, repeats: int) -> dict[str, Any]:
     }
     rollout_runs, judge_runs = [], []
     for k in range(repeats + 1):  # the first repeat warms up and is not counted
+        which = "warm-up" if k == 0 else f"repeat {k} of {repeats}"
         timed: dict[str, tuple[float, pd.DataFrame]] = {}
         for arm, (share, lean) in ARMS.items():
             start = time.perf_counter()
@@ -115,6 +116,7 @@ def measure(config_path: str, num_tasks: int, repeats: int) -> dict[str, Any]:
                         rollouts_per_task=config.rollouts_per_task, round_idx=0, base_seed=k,
                         checkpoint=pm.source)  # fmt: skip
             timed[arm] = (time.perf_counter() - start, rows_frame(rows, "rollouts"))
+            _progress(which, f"rollout, {arm}", timed[arm][0])
         rollouts = timed["ours"][1]
         same = _same_tokens(timed)
         # model.generate on the rollout's prompts, batched per lockstep step as play batches them
@@ -126,18 +128,21 @@ def measure(config_path: str, num_tasks: int, repeats: int) -> dict[str, Any]:
         base_s, base_tokens = generate_baseline(
             policy, policy_tok, batches, max_new_tokens=pm.max_new_tokens,
             temperature=pm.temperature)  # fmt: skip
+        _progress(which, "rollout, generate", base_s)
         judged: dict[str, tuple[float, pd.DataFrame]] = {}
         for arm, (share, lean) in ARMS.items():
             start = time.perf_counter()
             engine = HFEngine(judge_model, judge_tok, share, lean)
             out = pd.DataFrame(judge(engine, rollouts, base_seed=k, **rm_kwargs))
             judged[arm] = (time.perf_counter() - start, out)
+            _progress(which, f"reward scoring, {arm}", judged[arm][0])
         votes = judged["ours"][1]
         jsame = _same_tokens(judged)
         judge_batches = same_batches(list(votes["prompt_token_ids"].map(list)), rm.batch_size)
         jbase_s, jbase_tokens = generate_baseline(
             judge_model, judge_tok, judge_batches, max_new_tokens=rm.max_new_tokens,
             temperature=rm.temperature)  # fmt: skip
+        _progress(which, "reward scoring, generate", jbase_s)
         if k == 0:
             continue
         arms = _arms(timed) | {"generate": (base_s, base_tokens, len(rollouts))}
@@ -155,6 +160,11 @@ def measure(config_path: str, num_tasks: int, repeats: int) -> dict[str, Any]:
         "rollout": _summary(rollout_runs, pm.batch_size, pm.max_new_tokens),
         "reward_scoring": _summary(judge_runs, rm.batch_size, rm.max_new_tokens),
     }
+
+
+def _progress(which: str, part: str, seconds: float) -> None:
+    """One line per timed part: the benchmark runs for minutes on the demo's model."""
+    print(f"{which}: {part} {seconds:.1f} s", flush=True)
 
 
 def _same_tokens(arms: dict[str, tuple[float, pd.DataFrame]]) -> bool:
