@@ -48,8 +48,12 @@ vllm-env:
 run: setup
 	$(BIN)/rlanything train --config configs/demo.yaml
 
+# Two pytest-xdist workers, each test file on one of them, one torch thread each (tests/conftest.py):
+# much of the suite is single-threaded (the fault tests' runs, servers, Prefect), so two workers
+# use both cores. TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
 test: setup lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 # The CUDA tests alone (tests/test_cuda.py; `make test` skips them where there is no GPU).
 test-gpu: setup

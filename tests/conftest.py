@@ -12,6 +12,18 @@ import pytest
 from rlanything_core.models.loading import resolve_source
 from rlanything_core.models.services import Service, free_port, serve_command
 
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (`make test` runs `-n 2`) each worker keeps to one torch thread, and so
+    do the processes it starts: two workers at two threads each would share two cores at a
+    fraction of the speed of one thread each."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        os.environ["OMP_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)
+
+
 GOLDEN = Path(__file__).resolve().parents[1].parent / "shared" / "golden" / "method_vectors.json"
 LOCAL_GOLDEN = Path(__file__).resolve().parent / "data" / "method_vectors.json"
 
