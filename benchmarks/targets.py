@@ -7,7 +7,10 @@ target whose result file is missing is "not measured". Writes one JSON and print
     python benchmarks/targets.py --out benchmarks/results/targets-demo.json
 
 `--results DIR` reads the same file names from another directory: another machine's results
-(benchmarks/results/intel-avx512-fp32/ holds an Intel Xeon's without native bfloat16).
+(benchmarks/results/intel-avx512-fp32/ holds an Intel Xeon's without native bfloat16). The next
+levers written below read benchmarks/results/ (a 2-core AMD EPYC with AVX512-BF16); a
+`levers.json` in DIR ({target: lever}) gives that machine's own, and each row says which it
+shows (`next_lever_from`).
 """
 
 from __future__ import annotations
@@ -145,13 +148,21 @@ def _shown(path: Path) -> Path:
 
 def check(results: Path = RESULTS) -> list[dict[str, Any]]:
     rows = []
-    for name, source, read, target, kind, lever in TARGETS:
+    own = _load(results, "levers.json") or {}
+    unknown = set(own) - {name for name, *_ in TARGETS}
+    if unknown:
+        raise ValueError(f"{results / 'levers.json'} names no target {sorted(unknown)}")
+    for name, source, read, target, kind, default in TARGETS:
         result = _load(results, source)
         row: dict[str, Any] = {
             "target": name,
             "goal": f"{'<=' if kind == 'max' else '>='} {target}",
         }
         row["source"] = str(_shown(results / source))
+        lever = own.get(name, default)
+        row["next_lever_from"] = str(
+            _shown(results / "levers.json") if name in own else _shown(RESULTS)
+        )
         if result is None:
             row |= {"measured": None, "met": None, "next_lever": lever}
         else:

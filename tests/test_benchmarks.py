@@ -240,3 +240,13 @@ def test_targets_read_another_machines_results_and_name_their_cpu(tmp_path: Path
     assert memory["measured"] == 4.0 and memory["met"] is True and memory["next_lever"] is None
     missing = rows["policy and RM update MFU (of the measured matmul peak)"]
     assert missing["measured"] is None and missing["met"] is None
+    # the levers written in targets.py read the default results; DIR may give its own
+    assert wall["next_lever_from"] == str(targets._shown(targets.RESULTS))
+    (tmp_path / "levers.json").write_text(json.dumps({wall["target"]: "this machine's lever"}))
+    rows = {row["target"]: row for row in targets.check(tmp_path)}
+    wall = rows[wall["target"]]
+    assert wall["next_lever"] == "this machine's lever"
+    assert wall["next_lever_from"] == str(tmp_path / "levers.json")
+    (tmp_path / "levers.json").write_text(json.dumps({"make run seconds": "a misspelt target"}))
+    with pytest.raises(ValueError, match="names no target"):
+        targets.check(tmp_path)
