@@ -160,11 +160,10 @@ def check(results: Path = RESULTS) -> list[dict[str, Any]]:
         }
         row["source"] = str(_shown(results / source))
         lever = own.get(name, default)
-        row["next_lever_from"] = str(
-            _shown(results / "levers.json") if name in own else _shown(RESULTS)
-        )
+        lever_from = str(_shown(results / "levers.json") if name in own else _shown(RESULTS))
         if result is None:
-            row |= {"measured": None, "met": None, "next_lever": lever}
+            row |= {"measured": None, "met": None}
+            row |= {"next_lever": lever, "next_lever_from": lever_from}
         else:
             value = read(result)
             met = value <= target if kind == "max" else value >= target
@@ -177,6 +176,7 @@ def check(results: Path = RESULTS) -> list[dict[str, Any]]:
                 "cpu_flags": (result.get("machine") or {}).get("cpu_flags"),
                 "met": met,
                 "next_lever": None if met else lever,
+                "next_lever_from": None if met else lever_from,
             }
         rows.append(row)
     return rows

@@ -242,6 +242,7 @@ def test_targets_read_another_machines_results_and_name_their_cpu(tmp_path: Path
     assert missing["measured"] is None and missing["met"] is None
     # the levers written in targets.py read the default results; DIR may give its own
     assert wall["next_lever_from"] == str(targets._shown(targets.RESULTS))
+    assert memory["next_lever_from"] is None  # met: no lever shown
     (tmp_path / "levers.json").write_text(json.dumps({wall["target"]: "this machine's lever"}))
     rows = {row["target"]: row for row in targets.check(tmp_path)}
     wall = rows[wall["target"]]
