@@ -28,7 +28,13 @@ from common import percent, save
 
 from flows.evaluate import judge_held_out
 from rlanything_core.base.schemas import read_dataset
-from rlanything_core.method.signals import judge_gain, judge_metrics, task_key, verdict_matrix
+from rlanything_core.method.signals import (
+    judge_gain,
+    judge_metrics,
+    outcome_verdicts,
+    task_key,
+    verdict_matrix,
+)
 from rlanything_core.run.config import load_config
 from rlanything_core.run.rundir import RunDir
 
@@ -36,14 +42,17 @@ from rlanything_core.run.rundir import RunDir
 def compare(
     rollouts: pd.DataFrame, trained: pd.DataFrame, started: pd.DataFrame, votes: int
 ) -> dict[str, Any]:
-    """Both judges' metrics on `rollouts` (`signals.judge_metrics`) and the paired difference of
-    their balanced process accuracies, trained − started, in points."""
+    """Both judges' metrics on `rollouts` (`signals.judge_metrics`), the paired difference of
+    their balanced process accuracies, trained − started, in points, and the metrics of the
+    judge that consistency feedback pulls toward (`signals.outcome_verdicts`: each step judged
+    by its episode's outcome)."""
     gain = judge_gain(rollouts, trained, started, votes)
     return {
         "steps": len(rollouts),
         "tasks": int(task_key(rollouts).nunique()),
         "trained": judge_metrics(rollouts, verdict_matrix(rollouts, trained, votes)),
         "started": judge_metrics(rollouts, verdict_matrix(rollouts, started, votes)),
+        "outcome_judge": judge_metrics(rollouts, outcome_verdicts(rollouts, votes)),
         "balanced_gain_points": [100 * gain.value, 100 * gain.low, 100 * gain.high],
     }
 
@@ -56,8 +65,8 @@ def main() -> None:
     args = parser.parse_args()
     rows: list[dict[str, Any]] = []
     print("| run | steps (tasks) | trained RM balanced | starting RM balanced | trained − starting "
-          "| majority baseline |")  # fmt: skip
-    print("|---|---|---|---|---|---|")
+          "| outcome as judge, balanced | majority baseline |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
     for root in args.run_dirs:
         run = RunDir(root)
         config = load_config(run.config_path)
@@ -79,6 +88,7 @@ def main() -> None:
             f"{percent(found['trained'], 'process_balanced_accuracy')} | "
             f"{percent(found['started'], 'process_balanced_accuracy')} | "
             f"{g[0]:+.1f} [{g[1]:+.1f}, {g[2]:+.1f}] | "
+            f"{percent(found['outcome_judge'], 'process_balanced_accuracy')} | "
             f"{100 * found['trained']['process_majority_baseline']:.1f} |"
         )
         rows.append(

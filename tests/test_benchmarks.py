@@ -213,6 +213,9 @@ def test_rm_same_steps_pairs_two_judges_on_the_same_steps() -> None:
     assert found["started"]["process_balanced_accuracy"] == pytest.approx(0.5)
     assert found["started"]["process_majority_baseline"] == pytest.approx(0.6)
     assert found["balanced_gain_points"] == pytest.approx([50.0, 50.0, 50.0])
+    # Each step judged by its episode's outcome (a won, b lost): right on a's progress step and
+    # b's two others, recalls 1/2 and 2/3, balanced 7/12.
+    assert found["outcome_judge"]["process_balanced_accuracy"] == pytest.approx(7 / 12)
     # the other way round, and a judge against itself
     back = rm_same_steps.compare(rollouts, always, right, votes=1)
     assert back["balanced_gain_points"] == pytest.approx([-50.0, -50.0, -50.0])

@@ -373,3 +373,23 @@ def test_rm_samples_balance_weighs_the_kept_votes() -> None:
     np.testing.assert_allclose(
         balanced["advantage"], plain["advantage"].to_numpy() * [0.75, 0.75, 1.5]
     )
+
+
+def test_outcome_verdicts_judge_every_step_by_its_episode_by_hand() -> None:
+    """Consistency feedback's target judge: every step of the won episode 0 is called progress,
+    every step of the lost episode 1 not. Against the planner's labels it is right on 3 of 5
+    steps: 2 of the 3 progress steps and 1 of the 2 others, balanced (2/3 + 1/2) / 2 = 7/12;
+    its step verdicts always predict the outcome."""
+    from rlanything_core.method.signals import judge_metrics, outcome_verdicts
+
+    rollouts = _one_task(
+        [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)],
+        outcome=[1, 1, 1, -1, -1],
+        progress=[True, False, True, True, False],
+    )
+    verdicts = outcome_verdicts(rollouts, votes=3)
+    assert verdicts.tolist() == [[1.0] * 3] * 3 + [[-1.0] * 3] * 2
+    metrics = judge_metrics(rollouts, verdicts)
+    assert metrics["process_accuracy"] == pytest.approx(3 / 5)
+    assert metrics["process_balanced_accuracy"] == pytest.approx(7 / 12)
+    assert metrics["outcome_accuracy"] == pytest.approx(1.0)
