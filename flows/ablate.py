@@ -102,6 +102,7 @@ COLUMNS = (
     ("eval/ood/policy_accuracy", "Policy OOD"),
     ("eval/id/rm_process_balanced_accuracy", "RM process (balanced)"),
     (GAIN, "RM gain, same steps (balanced)"),
+    ("eval/id/outcome_judge_process_balanced_accuracy", "Outcome as judge (balanced)"),
     ("eval/id/rm_outcome_balanced_accuracy", "RM outcome (balanced)"),
     ("eval/id/rm_outcome_majority_baseline", "RM outcome majority baseline"),
     ("accepted_tasks", "Accepted tasks"),
@@ -708,7 +709,9 @@ def _markdown(
         "(n/a: a single cluster). RM columns: balanced accuracy (mean recall of both classes). "
         "RM gain, same steps: the trained RM's balanced process accuracy minus that of the RM "
         "the run started from, both judging the row's final in-domain held-out steps (points; "
-        "paired interval). "
+        "paired interval). Outcome as judge: the balanced process accuracy, on the same "
+        "steps, of calling every step of a won episode progress and every step of a lost one "
+        "not, the judge that consistency feedback rewards agreeing with. "
         "Before is one evaluation (every seed would evaluate the same warm-started models with "
         "the same evaluation seeds) playing as many episodes per task as a trained row pools "
         "over its seeds; its interval is clustered by task.",

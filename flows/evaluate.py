@@ -26,7 +26,13 @@ from rlanything_core.base.schemas import read_dataset, rows_frame, write_dataset
 from rlanything_core.base.seeding import derive_seed
 from rlanything_core.envs.interface import TaskRef
 from rlanything_core.method.rloop import episodes, pass_at_k_per_task
-from rlanything_core.method.signals import judge_metrics, task_key, test_samples, verdict_matrix
+from rlanything_core.method.signals import (
+    judge_metrics,
+    outcome_verdicts,
+    task_key,
+    test_samples,
+    verdict_matrix,
+)
 from rlanything_core.method.stats import accuracy, as_metrics
 from rlanything_core.models.engines import open_engine
 from rlanything_core.run.config import RunConfig
@@ -212,7 +218,10 @@ def reward_model_metrics(
     split: str, rollouts: pd.DataFrame, judgments: pd.DataFrame, votes: int
 ) -> dict[str, float]:
     """A judging reward model on one split's steps: `signals.judge_metrics` as
-    `eval/<split>/rm_<name>` (its steps as `rm_steps`), and the share of unparsed votes."""
+    `eval/<split>/rm_<name>` (its steps as `rm_steps`), and the share of unparsed votes. Beside
+    it, on the same steps, the balanced process accuracy of the judge that consistency feedback
+    pulls the RM toward (`signals.outcome_verdicts`, each step judged by its episode's outcome)
+    as `eval/<split>/outcome_judge_process_balanced_accuracy`."""
     metrics = {
         f"eval/{split}/rm_{name}": value
         for name, value in judge_metrics(
@@ -220,4 +229,8 @@ def reward_model_metrics(
         ).items()
     }
     metrics[f"eval/{split}/rm_parse_failure_rate"] = float(judgments["verdict"].isna().mean())
+    by_outcome = judge_metrics(rollouts, outcome_verdicts(rollouts, votes))
+    name = "process_balanced_accuracy"
+    for suffix in ("", "_ci_low", "_ci_high"):
+        metrics[f"eval/{split}/outcome_judge_{name}{suffix}"] = by_outcome[name + suffix]
     return metrics

@@ -42,7 +42,7 @@ from flows.ablate import (
 from flows.evaluate import SPLITS, held_out_digest, rlanything_eval
 from flows.train import rlanything_train
 from rlanything_core.base.schemas import read_dataset
-from rlanything_core.method.signals import judge_gain
+from rlanything_core.method.signals import judge_gain, judge_metrics, outcome_verdicts
 from rlanything_core.models.loading import resolve_source
 from rlanything_core.run.config import RunConfig, load_config
 from rlanything_core.run.rundir import RunDir
@@ -361,6 +361,7 @@ def test_eval_on_held_out_tasks(tmp_path: Path) -> None:
         "rm_process_balanced_accuracy",
         "rm_outcome_accuracy",
         "rm_outcome_balanced_accuracy",
+        "outcome_judge_process_balanced_accuracy",
     )
     rates = (
         "rm_parse_failure_rate",
@@ -595,7 +596,8 @@ def test_ablate_one_seed_one_round(tmp_path: Path) -> None:
     table = (out / "ablation.md").read_text()
     assert (
         "| Row | Policy ID | Policy OOD | RM process (balanced) | RM gain, same steps (balanced) "
-        "| RM outcome (balanced) | RM outcome majority baseline | Accepted tasks |"
+        "| Outcome as judge (balanced) | RM outcome (balanced) | RM outcome majority baseline "
+        "| Accepted tasks |"
     ) in table
     assert "| Row | ID pass@1 | ID pass@2 | OOD pass@1 | OOD pass@2 |" in table
     # two tables of a header and seven rows, then the paired comparisons: a header and eleven
@@ -639,6 +641,12 @@ def test_ablate_one_seed_one_round(tmp_path: Path) -> None:
     )
     assert stored["per_seed"]["+Reward"][0][gain] == pytest.approx(expected.value, nan_ok=True)
     assert stored["pooled"]["+Reward"][gain][0] == pytest.approx(expected.value, nan_ok=True)
+    # Beside it, on the same steps, the judge that consistency feedback pulls the RM toward
+    outcome_judge = "eval/id/outcome_judge_process_balanced_accuracy"
+    played = read_dataset(final / "id_rollouts.parquet", "rollouts")
+    by_outcome = judge_metrics(played, outcome_verdicts(played, 2))["process_balanced_accuracy"]
+    assert stored["per_seed"]["+Reward"][0][outcome_judge] == pytest.approx(by_outcome, nan_ok=True)
+    assert outcome_judge not in stored["per_seed"]["Outcome-only"][0]
     policy_row = next(line for line in table.splitlines() if line.startswith("| Policy |"))
     assert f"| {pooled[0] * 100:.1f} [n/a] |" in policy_row and "±" not in policy_row
     assert (out / "ablation_accuracy.png").is_file() and (out / "ablation_accepted.png").is_file()
