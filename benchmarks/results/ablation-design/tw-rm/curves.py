@@ -15,6 +15,8 @@ import json
 import sys
 from pathlib import Path
 
+import pandas as pd
+
 from rlanything_core.base.schemas import read_dataset
 from rlanything_core.method.feedback import in_accuracy_band
 from rlanything_core.method.signals import (
@@ -27,6 +29,13 @@ from rlanything_core.run.config import load_config
 from rlanything_core.run.rundir import RunDir
 
 KEY = "process_balanced_accuracy"
+
+
+def in_band(rollouts: pd.DataFrame, band: tuple[float, float]) -> pd.DataFrame:
+    """The steps of the tasks whose accuracy over these rollouts lies inside `band`."""
+    accuracy = task_accuracies(rollouts)
+    kept = accuracy[in_accuracy_band(accuracy.to_numpy(), *band)].index
+    return rollouts[rollouts.set_index(["task_id", "task_version"]).index.isin(kept)]
 
 
 def interval(metrics: dict[str, float]) -> list[float]:
@@ -51,9 +60,7 @@ def main() -> None:
                 "round": r,
                 "policy_accuracy": round(100 * float(accuracy.mean()), 1),
             }
-            kept = accuracy[in_accuracy_band(accuracy.to_numpy(), *band)].index
-            keys = rollouts.set_index(["task_id", "task_version"]).index
-            for name, steps in (("all", rollouts), ("in_band", rollouts[keys.isin(kept)])):
+            for name, steps in (("all", rollouts), ("in_band", in_band(rollouts, band))):
                 verdicts = verdict_matrix(steps, judgments, votes)
                 row[f"{name}_steps"] = len(steps)
                 row[f"{name}_rm_balanced"] = interval(judge_metrics(steps, verdicts))

@@ -11,9 +11,10 @@ import json
 import sys
 from pathlib import Path
 
+from curves import in_band
+
 from rlanything_core.base.schemas import read_dataset
-from rlanything_core.method.feedback import in_accuracy_band
-from rlanything_core.method.signals import judge_metrics, outcome_verdicts, task_accuracies
+from rlanything_core.method.signals import judge_metrics, outcome_verdicts
 
 KEY = "process_balanced_accuracy"
 BAND = (0.2, 0.8)
@@ -25,16 +26,13 @@ def main() -> None:
     found: dict[str, object] = {"eval_dir": str(evaluated), "policy": stored.get("policy")}
     for split in ("id", "ood"):
         rollouts = read_dataset(evaluated / f"{split}_rollouts.parquet", "rollouts")
-        accuracy = task_accuracies(rollouts)
-        kept = accuracy[in_accuracy_band(accuracy.to_numpy(), *BAND)].index
-        keys = rollouts.set_index(["task_id", "task_version"]).index
         row: dict[str, object] = {
             "policy_accuracy": [
                 stored[f"eval/{split}/policy_accuracy{s}"] for s in ("", "_ci_low", "_ci_high")
             ],
             "episodes": stored[f"eval/{split}/episodes"],
         }
-        for name, steps in (("all", rollouts), ("in_band", rollouts[keys.isin(kept)])):
+        for name, steps in (("all", rollouts), ("in_band", in_band(rollouts, BAND))):
             metrics = judge_metrics(steps, outcome_verdicts(steps, 3))
             row[f"{name}_steps"] = len(steps)
             row[f"{name}_tasks"] = int(
