@@ -28,13 +28,17 @@ def round_signal(round_dir: Path) -> dict[str, Any]:
     joined["right"] = joined["verdict"] == joined["progress"].astype(bool).map({True: 1, False: -1})
     kept = joined[joined["kept"]]
     up, down = kept[kept["advantage"] > 0], kept[kept["advantage"] < 0]
+    unanimous = joined.groupby(STEP_KEY)["verdict"].nunique() == 1
     return {
         "votes": len(joined),
         "votes_right": float(joined["right"].mean()),
         "progress_share": float(joined["progress"].astype(bool).mean()),
+        "progress_verdicts": float((joined["verdict"] == 1).mean()),
+        "unanimous_steps": float(unanimous.mean()),
         "kept": len(kept),
         "reinforced": len(up),
         "reinforced_right": float(up["right"].mean()) if len(up) else None,
+        "reinforced_progress_verdicts": float((up["verdict"] == 1).mean()) if len(up) else None,
         "pushed_away": len(down),
         "pushed_away_right": float(down["right"].mean()) if len(down) else None,
     }

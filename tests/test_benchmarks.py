@@ -17,6 +17,7 @@ import pandas as pd
 import policy_signal
 import pool_seeds
 import rm_same_steps
+import rm_signal
 import round_profile
 import targets
 
@@ -190,6 +191,39 @@ def test_policy_signal_compares_advantage_signs_with_progress_labels(tmp_path: P
     assert signal["sign_agreement"] == pytest.approx(0.6)
     assert signal["sign_agreement_balanced"] == pytest.approx(7 / 12)
     assert signal["advantage_gap"] == pytest.approx(0.25 + 1.1 / 3)
+
+
+def test_rm_signal_counts_what_the_update_reinforces_and_unanimous_steps(tmp_path: Path) -> None:
+    """Worked by hand: three steps × 3 votes. Step 0 makes progress, votes (+1, +1, −1), and the
+    update reinforces the wrong −1 (advantages −0.5, −0.5, +1.0); step 1 makes none, votes all
+    −1 (unanimous: advantage 0, not kept); step 2 makes none, votes (+1, −1, −1), the two right
+    −1 reinforced. Votes right 7/9, "progress" verdicts 3/9 against a progress share of 3/9,
+    unanimous steps 1/3; kept 6, reinforced 3 (right 2/3, none of them "progress"), pushed away
+    3 (right 2/3)."""
+    keys = {"task_id": ["t"] * 9, "task_version": [1] * 9, "rollout_idx": [0] * 9}
+    keys["step_idx"] = [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    pd.DataFrame(
+        keys
+        | {
+            "vote_idx": [0, 1, 2] * 3,
+            "verdict": [1, 1, -1, -1, -1, -1, 1, -1, -1],
+            "advantage": [-0.5, -0.5, 1.0, 0.0, 0.0, 0.0, -0.8, 0.4, 0.4],
+            "kept": [True] * 3 + [False] * 3 + [True] * 3,
+        }
+    ).to_parquet(tmp_path / "rm_samples.parquet")
+    steps = {k: v[::3] for k, v in keys.items()}
+    pd.DataFrame(steps | {"progress": [True, False, False]}).to_parquet(
+        tmp_path / "rollouts.parquet"
+    )
+    signal = rm_signal.round_signal(tmp_path)
+    assert signal["votes"] == 9 and signal["votes_right"] == pytest.approx(7 / 9)
+    assert signal["progress_share"] == pytest.approx(1 / 3)
+    assert signal["progress_verdicts"] == pytest.approx(1 / 3)
+    assert signal["unanimous_steps"] == pytest.approx(1 / 3)
+    assert (signal["kept"], signal["reinforced"], signal["pushed_away"]) == (6, 3, 3)
+    assert signal["reinforced_right"] == pytest.approx(2 / 3)
+    assert signal["reinforced_progress_verdicts"] == pytest.approx(0.0)
+    assert signal["pushed_away_right"] == pytest.approx(2 / 3)
 
 
 def test_rm_same_steps_pairs_two_judges_on_the_same_steps() -> None:
