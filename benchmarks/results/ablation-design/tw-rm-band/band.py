@@ -16,7 +16,6 @@ each, from that RM and tw-rm's warm-started policy (`rlanything train`); then
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -27,10 +26,11 @@ import yaml
 
 from flows.ablate import warm_started
 from flows.evaluate import judge_held_out
+from rlanything_core.base.atomic import atomic_path
 from rlanything_core.base.schemas import read_dataset
 from rlanything_core.method.signals import judge_metrics, outcome_verdicts, verdict_matrix
 from rlanything_core.run.config import RunConfig, load_config
-from rlanything_core.run.rundir import RunDir
+from rlanything_core.run.rundir import RunDir, write_json
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
@@ -44,7 +44,8 @@ def log(text: str) -> None:
 
 
 def dump(config: RunConfig, path: Path) -> Path:
-    path.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    with atomic_path(path) as tmp:
+        tmp.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
     return path
 
 
@@ -90,10 +91,8 @@ def sweep(out: Path, counts: list[int]) -> None:
             f"{100 * rm['process_balanced_accuracy_ci_high']:.1f}], outcome as judge "
             f"{100 * outcome['process_balanced_accuracy']:.1f}, {len(rollouts)} steps"
         )
-        (HERE / "sweep.json").write_text(
-            json.dumps({"held_out": str(HELD_OUT), "threads": torch.get_num_threads(),
-                        "rows": rows}, indent=1) + "\n"
-        )  # fmt: skip
+        record = {"held_out": str(HELD_OUT), "threads": torch.get_num_threads(), "rows": rows}
+        write_json(HERE / "sweep.json", record)
 
 
 def train(out: Path, episodes: int, rounds: int = 8) -> None:
