@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from rlanything_core.base.atomic import atomic_path
 from rlanything_core.base.schemas import read_dataset
 from rlanything_core.method.feedback import in_accuracy_band
 from rlanything_core.method.signals import (
@@ -31,9 +32,9 @@ from rlanything_core.run.rundir import RunDir
 KEY = "process_balanced_accuracy"
 
 
-def in_band(rollouts: pd.DataFrame, band: tuple[float, float]) -> pd.DataFrame:
-    """The steps of the tasks whose accuracy over these rollouts lies inside `band`."""
-    accuracy = task_accuracies(rollouts)
+def in_band(rollouts: pd.DataFrame, accuracy: pd.Series, band: tuple[float, float]) -> pd.DataFrame:
+    """The steps of the tasks whose accuracy over these rollouts (`task_accuracies(rollouts)`)
+    lies inside `band`."""
     kept = accuracy[in_accuracy_band(accuracy.to_numpy(), *band)].index
     return rollouts[rollouts.set_index(["task_id", "task_version"]).index.isin(kept)]
 
@@ -60,7 +61,7 @@ def main() -> None:
                 "round": r,
                 "policy_accuracy": round(100 * float(accuracy.mean()), 1),
             }
-            for name, steps in (("all", rollouts), ("in_band", in_band(rollouts, band))):
+            for name, steps in (("all", rollouts), ("in_band", in_band(rollouts, accuracy, band))):
                 verdicts = verdict_matrix(steps, judgments, votes)
                 row[f"{name}_steps"] = len(steps)
                 row[f"{name}_rm_balanced"] = interval(judge_metrics(steps, verdicts))
@@ -70,7 +71,8 @@ def main() -> None:
             rows.append(row)
             print(root, rows[-1])
         found[str(root)] = rows
-    out.write_text(json.dumps(found, indent=1) + "\n")
+    with atomic_path(out) as tmp:
+        tmp.write_text(json.dumps(found, indent=1) + "\n")
     plot(found, out.with_suffix(".png"))
 
 

@@ -11,12 +11,17 @@ import json
 import sys
 from pathlib import Path
 
-from curves import in_band
+from curves import in_band, interval
 
+from rlanything_core.base.atomic import atomic_path
 from rlanything_core.base.schemas import read_dataset
-from rlanything_core.method.signals import judge_metrics, outcome_verdicts
+from rlanything_core.method.signals import (
+    judge_metrics,
+    outcome_verdicts,
+    task_accuracies,
+    task_key,
+)
 
-KEY = "process_balanced_accuracy"
 BAND = (0.2, 0.8)
 
 
@@ -32,18 +37,16 @@ def main() -> None:
             ],
             "episodes": stored[f"eval/{split}/episodes"],
         }
-        for name, steps in (("all", rollouts), ("in_band", in_band(rollouts, BAND))):
+        banded = in_band(rollouts, task_accuracies(rollouts), BAND)
+        for name, steps in (("all", rollouts), ("in_band", banded)):
             metrics = judge_metrics(steps, outcome_verdicts(steps, 3))
             row[f"{name}_steps"] = len(steps)
-            row[f"{name}_tasks"] = int(
-                steps[["task_id", "task_version"]].drop_duplicates().shape[0]
-            )
-            row[f"{name}_outcome_judge_balanced"] = [
-                round(100 * metrics[KEY + s], 1) for s in ("", "_ci_low", "_ci_high")
-            ]
+            row[f"{name}_tasks"] = int(task_key(steps).nunique())
+            row[f"{name}_outcome_judge_balanced"] = interval(metrics)
         found[split] = row
         print(split, row)
-    out.write_text(json.dumps(found, indent=1) + "\n")
+    with atomic_path(out) as tmp:
+        tmp.write_text(json.dumps(found, indent=1) + "\n")
 
 
 if __name__ == "__main__":
