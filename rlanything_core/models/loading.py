@@ -13,7 +13,6 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from rlanything_core.models import attention
 from rlanything_core.models.decoding import AUTOCAST_ATTRIBUTE
 from rlanything_core.models.default import (
     EMBEDDED_DEFAULT,
@@ -147,14 +146,10 @@ def load_model(
     if adapter_cfg.is_file():
         base_source = json.loads(adapter_cfg.read_text())["base_model_name_or_path"]
         base = AutoModelForCausalLM.from_pretrained(resolve_source(base_source), dtype=torch_dtype)
-        if trainable and dev.type == "cpu":
-            attention.use_for_training(base)
         peft_model = PeftModel.from_pretrained(base, path, is_trainable=trainable)
         model: Any = peft_model if trainable else peft_model.merge_and_unload()
     else:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
-        if trainable and dev.type == "cpu":
-            attention.use_for_training(model)
         if trainable and lora_rank > 0:
             model = get_peft_model(
                 model,

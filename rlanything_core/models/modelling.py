@@ -49,7 +49,6 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from rlanything_core.base.generation import AnswerScore, Generation, Messages
 from rlanything_core.method.losses import ppo_clip_k3_loss
-from rlanything_core.models import attention
 from rlanything_core.models.constraints import TokenConstraint
 from rlanything_core.models.decoding import LeanDecoder, lean_supported, sliding_window
 from rlanything_core.models.distributed import Group
@@ -460,12 +459,11 @@ def answer_groups(
 
 def _packs_answers(model: PreTrainedModel) -> bool:
     """Whether `_packed_answer_logprobs` gives this model's log-probs: its attention takes a 4D
-    mask as given (eager, SDPA, or `attention.NAME`: SDPA's with another backward), attends over
-    the whole context (no sliding window) and its logits are the output embedding of the
-    decoder's last hidden state (no soft-capping)."""
+    mask as given (eager or SDPA), attends over the whole context (no sliding window) and its
+    logits are the output embedding of the decoder's last hidden state (no soft-capping)."""
     config = model.config
     return (
-        getattr(config, "_attn_implementation", None) in ("sdpa", "eager", attention.NAME)
+        getattr(config, "_attn_implementation", None) in ("sdpa", "eager")
         and not sliding_window(model)
         and getattr(config, "final_logit_softcapping", None) is None
         and model.get_output_embeddings() is not None

@@ -1,4 +1,5 @@
-"""Probe: where a SmolLM2 lean decode step's time goes on this CPU, and whether torch.compile pays.
+"""Probe: where a SmolLM2 lean decode step's time goes on this CPU, and whether torch.compile pays
+(killed before its first row: decode-compile.txt).
 
 For each batch shape (B answers over U distinct prompts of P tokens, as the demo's rollout and
 reward scoring decode them) it prefills once, then times N lean decode steps three ways:

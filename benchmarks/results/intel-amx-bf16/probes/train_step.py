@@ -1,6 +1,6 @@
 """Probe: where one SmolLM2 LoRA training step's time goes on this CPU (bfloat16 where native).
 
-The warm start's shape: LoRA rank 16 on every linear layer, a micro-batch of 8 rows of 128
+LoRA rank 16 on every linear layer; by default a micro-batch of 8 rows of 128
 tokens (prompt 96, response 32), forward (response log-probs) and backward. Times N steps
 without a profiler, then profiles 2 and prints the operators by self CPU time.
 
@@ -27,6 +27,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--dtype", default="fastest")
+    parser.add_argument("--prompts", default="96,96,96,96,96,96,96,96", help="prompt lengths")
+    parser.add_argument("--response", type=int, default=32, help="response tokens a row")
     parser.add_argument("--ab", action="store_true", help="also time it against SDPA, alternated")
     parser.add_argument("--attn", default="loaded", help="loaded (load_model's), sdpa or eager")
     args = parser.parse_args()
@@ -38,8 +40,9 @@ def main() -> None:
         model.set_attn_implementation(args.attn)
     attn = model.config._attn_implementation
     g = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(100, 40000, (96,), generator=g).tolist() for _ in range(8)]
-    responses = [torch.randint(100, 40000, (32,), generator=g).tolist() for _ in range(8)]
+    lengths = [int(n) for n in args.prompts.split(",")]
+    prompts = [torch.randint(100, 40000, (n,), generator=g).tolist() for n in lengths]
+    responses = [torch.randint(100, 40000, (args.response,), generator=g).tolist() for _ in lengths]
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-4)
 
@@ -83,7 +86,7 @@ def main() -> None:
         ((e.key, e.self_cpu_time_total / total) for e in prof.key_averages()), key=lambda kv: -kv[1]
     )[:25]
     n = sum(p.numel() for p in model.parameters() if not p.requires_grad)
-    tokens = 8 * 128
+    tokens = sum(lengths) + args.response * len(lengths)
     flops = 4 * n * tokens  # forward 2N, backward 2N per token: frozen weights get no gradient
     med = sorted(times)[len(times) // 2]
     result = {
