@@ -4,6 +4,7 @@
 #   bash bench.sh CLONE OUT [demo_run] [round_profile] [throughput]
 # 7eb5e1c: CLONE=/work/runs/frozen-amx OUT=/work/runs/amx, all three;
 # a8b1815: CLONE=/work/runs/frozen-amx2 OUT=/work/runs/amx2, demo_run and round_profile.
+# 46be433 (frozen-amx3): benchmarks/trl_grpo.py --config configs/demo.yaml, by hand, alone.
 CLONE=$1 OUT=$2
 shift 2
 cd "$CLONE" || exit 1

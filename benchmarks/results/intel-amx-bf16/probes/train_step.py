@@ -94,6 +94,8 @@ def main() -> None:
         "dtype": str(next(model.parameters()).dtype),
         "threads": args.threads,
         "attn": attn,
+        "prompts": lengths,
+        "response": args.response,
         "step_seconds": times,
         "median_s": med,
         "approx_gflop_per_s_4N": flops / med / 1e9,
