@@ -16,9 +16,7 @@ reward scoring decode them) it prefills once, then times N lean decode steps thr
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
+import sys
 import time
 from pathlib import Path
 
@@ -29,6 +27,9 @@ from rlanything_core.models.decoding import LeanDecoder
 from rlanything_core.models.default import ensure_default_model
 from rlanything_core.models.devices import cpu_has_native_bf16
 from rlanything_core.models.modelling import _prefill
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # benchmarks/
+from common import save
 
 
 def decoder(model, batch: int, distinct: int, prompt: int, steps: int) -> LeanDecoder:
@@ -124,25 +125,17 @@ def main() -> None:
                 }
             )
             print(rows[-1], flush=True)
-    result = {
-        "probe": "decode_compile",
-        "dtype": str(dtype),
-        "threads": args.threads,
-        "steps_timed": args.steps,
-        "weight_bytes": weights,
-        "cpu": platform.processor(),
-        "torch": torch.__version__,
-        "cpu_flags": sorted(
-            {
-                f
-                for f in Path("/proc/cpuinfo").read_text().split()
-                if f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
-            }
-        ),
-        "commit": os.environ.get("RLANYTHING_COMMIT"),
-        "rows": rows,
-    }
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    save(
+        args.out,
+        {
+            "probe": "decode_compile",
+            "dtype": str(dtype),
+            "threads": args.threads,
+            "steps_timed": args.steps,
+            "weight_bytes": weights,
+            "rows": rows,
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -19,6 +20,9 @@ from torch.profiler import ProfilerActivity, profile
 
 from rlanything_core.models.loading import load_model
 from rlanything_core.models.modelling import response_logprobs
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # benchmarks/
+from common import save
 
 
 def main() -> None:
@@ -39,6 +43,8 @@ def main() -> None:
     if args.attn != "loaded":
         model.set_attn_implementation(args.attn)
     attn = model.config._attn_implementation
+    if args.ab and attn == "sdpa":
+        parser.error("--ab times an attention against SDPA: pick one with --attn (e.g. eager)")
     g = torch.Generator().manual_seed(0)
     lengths = [int(n) for n in args.prompts.split(",")]
     prompts = [torch.randint(100, 40000, (n,), generator=g).tolist() for n in lengths]
@@ -89,21 +95,22 @@ def main() -> None:
     tokens = sum(lengths) + args.response * len(lengths)
     flops = 4 * n * tokens  # forward 2N, backward 2N per token: frozen weights get no gradient
     med = sorted(times)[len(times) // 2]
-    result = {
-        "probe": "train_step",
-        "dtype": str(next(model.parameters()).dtype),
-        "threads": args.threads,
-        "attn": attn,
-        "prompts": lengths,
-        "response": args.response,
-        "step_seconds": times,
-        "median_s": med,
-        "approx_gflop_per_s_4N": flops / med / 1e9,
-        "self_cpu_share": ops,
-        "ab": ab if args.ab else None,
-    }
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps({k: v for k, v in result.items() if k != "self_cpu_share"}))
+    save(
+        args.out,
+        {
+            "probe": "train_step",
+            "dtype": str(next(model.parameters()).dtype),
+            "threads": args.threads,
+            "attn": attn,
+            "prompts": lengths,
+            "response": args.response,
+            "step_seconds": times,
+            "median_s": med,
+            "approx_gflop_per_s_4N": flops / med / 1e9,
+            "self_cpu_share": ops,
+            "ab": ab if args.ab else None,
+        },
+    )
 
 
 if __name__ == "__main__":
