@@ -57,7 +57,7 @@ def advantage_computation(
             eps=adv.eps,
             band=config.reward_model.accuracy_band,
             outcome_weight=adv.outcome_weight,
-            balance=config.reward_model.balance_verdicts,
+            balance=config.reward_model.balance,
         )
         metrics |= rm_metrics
     outputs["rm_samples"] = run.write(rm_rows, r, "rm_samples")

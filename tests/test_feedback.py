@@ -362,7 +362,7 @@ def test_rm_samples_balance_weighs_the_kept_votes() -> None:
     )  # fmt: skip
     kwargs = {"parse_failure_penalty": -2.0, "eps": EPS, "band": (0.0, 1.0)}
     plain, metrics = rm_samples(rollouts, judgments, s, policy, **kwargs)
-    balanced, _ = rm_samples(rollouts, judgments, s, policy, balance=True, **kwargs)
+    balanced, _ = rm_samples(rollouts, judgments, s, policy, balance="verdict", **kwargs)
     assert plain["kept"].all() and metrics["reward_model/kept_progress_verdicts"] == 2 / 3
     assert metrics["reward_model/tasks_in_band"] == 1.0
     # The paper's RM band [0.2, 0.8]: a task won in every episode (accuracy 1) teaches nothing.
@@ -373,6 +373,100 @@ def test_rm_samples_balance_weighs_the_kept_votes() -> None:
     np.testing.assert_allclose(
         balanced["advantage"], plain["advantage"].to_numpy() * [0.75, 0.75, 1.5]
     )
+
+
+def test_direction_weights_give_both_pushes_the_same_total_by_hand() -> None:
+    """Worked by hand. A vote pushes toward sign(A)·v: "progress" with A > 0 and "no progress"
+    with A < 0 both push toward "progress"; an unparsed vote and A = 0 push nowhere. Pushes
+    +1, +1, −1 with |A| 1, 2, 1: M = 4, M₊ = 3, M₋ = 1, so the "progress" pushes weigh
+    4/(2·3) = 2/3 and the other 4/(2·1) = 2 (|A|·w: 2 and 2); the vote pushing nowhere keeps
+    1. A weight by vote count (3/4 and 3/2) would not balance the masses."""
+    from rlanything_core.method.signals import (
+        direction_weights,
+        progress_push_share,
+        push_directions,
+    )
+    from rlanything_core.run.config import ConfigError, parse_config
+
+    verdict = pd.Series([1, -1, 1, -1, None, 1], dtype="Int8")
+    advantage = pd.Series([0.5, 0.5, -0.3, -0.2, 1.0, 0.0])
+    np.testing.assert_array_equal(push_directions(verdict, advantage), [1, -1, -1, 1, 0, 0])
+    pushes = np.array([1.0, 1.0, -1.0, 0.0])
+    a = pd.Series([1.0, -2.0, 1.0, 5.0])
+    w = direction_weights(pushes, a)
+    np.testing.assert_allclose(w, [2 / 3, 2 / 3, 2.0, 1.0])
+    np.testing.assert_allclose(
+        [(a.abs() * w)[pushes > 0].sum(), (a.abs() * w)[pushes < 0].sum()], [2, 2]
+    )
+    assert progress_push_share(pushes, a) == 0.75
+    one_way = np.array([1.0, 1.0, 0.0])
+    np.testing.assert_allclose(direction_weights(one_way, pd.Series([1.0, 2.0, 3.0])), [1, 1, 1])
+    with pytest.raises(ConfigError, match="balance_directions weighs judge verdicts"):
+        parse_config(
+            {
+                "environment": {"name": "coding"},
+                "reward_model": {"mode": "unit_tests", "balance_directions": True},
+            }
+        )
+    with pytest.raises(ConfigError, match="two ways to weigh the same votes"):
+        parse_config(
+            {
+                "environment": {"name": "household"},
+                "reward_model": {"balance_verdicts": True, "balance_directions": True},
+            }
+        )
+
+
+def test_rm_samples_balances_directions_across_steps() -> None:
+    """A won step judged 1, 1, −1 and a lost one judged 1, −1, −1: the first step's votes all
+    push toward "progress" (its R > 0), the second's toward "no progress". Alone, the won step
+    has nothing to balance; together each direction's |A| is 2·√2, so the weights are 1 and the
+    push share ½. Add a second lost step: "no progress" now has 4·√2, so its votes weigh ¾ and
+    the won step's 3/2, and the push share is ⅓."""
+    from rlanything_core.method.signals import policy_samples, rm_samples, verdict_matrix
+
+    def run(outcomes: list[int], votes: list[list[int]]) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+        n = len(outcomes)
+        rollouts = _one_task(
+            [(i, 0) for i in range(n)], outcome=outcomes, action_valid=True,
+            progress=[True] * n, num_steps=[1] * n, prompt=["A"] * n,
+        )  # fmt: skip
+        judgments = (
+            pd.concat([rollouts] * 3)
+            .sort_index(kind="stable")
+            .reset_index(drop=True)[
+                [
+                    "round",
+                    "task_id",
+                    "task_version",
+                    "rollout_idx",
+                    "step_idx",
+                    "seed",
+                    "checkpoint",
+                ]
+            ]
+            .assign(vote_idx=[0, 1, 2] * n, verdict=[v for step in votes for v in step])
+        )
+        s = verdict_matrix(rollouts, judgments, 3)
+        policy, _ = policy_samples(
+            rollouts, s, lam=1.0, estimator="step", singleton="raw", eps=EPS, band=(0.0, 1.0),
+            drop_zero_advantage=False,
+        )  # fmt: skip
+        kwargs = {"parse_failure_penalty": -2.0, "eps": EPS, "band": (0.0, 1.0)}
+        plain, metrics = rm_samples(rollouts, judgments, s, policy, **kwargs)
+        balanced, _ = rm_samples(rollouts, judgments, s, policy, balance="direction", **kwargs)
+        return plain, balanced, metrics
+
+    plain, balanced, metrics = run([1], [[1, 1, -1]])
+    np.testing.assert_allclose(balanced["advantage"], plain["advantage"])
+    assert metrics["reward_model/progress_push_share"] == 1.0
+    plain, balanced, metrics = run([1, -1], [[1, 1, -1], [1, -1, -1]])
+    np.testing.assert_allclose(balanced["advantage"], plain["advantage"])
+    np.testing.assert_allclose(metrics["reward_model/progress_push_share"], 0.5)
+    plain, balanced, metrics = run([1, -1, -1], [[1, 1, -1], [1, -1, -1], [1, -1, -1]])
+    np.testing.assert_allclose(metrics["reward_model/progress_push_share"], 1 / 3)
+    ratio = balanced["advantage"].to_numpy() / plain["advantage"].to_numpy()
+    np.testing.assert_allclose(ratio, [1.5] * 3 + [0.75] * 6)
 
 
 def test_outcome_verdicts_judge_every_step_by_its_episode_by_hand() -> None:

@@ -129,7 +129,7 @@ def rm_samples(
     eps: float,
     band: tuple[float, float],
     outcome_weight: float = 1.0,
-    balance: bool = False,
+    balance: Literal["verdict", "direction"] | None = None,
 ) -> tuple[pd.DataFrame, dict[str, float]]:
     """Consistency rewards R·S and their advantages over the m votes of each step (rm_samples).
 
@@ -138,7 +138,8 @@ def rm_samples(
     signal does not make the RM's reward its own verdicts. Votes of tasks outside the accuracy
     `band`, and votes with advantage 0, stay with kept=False. `verdicts`: the (N, m)
     `verdict_matrix` of `rollouts` (whose rows `policy` keeps, in their order). With `balance`
-    the kept votes' advantages are weighed by `verdict_weights`.
+    the kept votes' advantages are weighed by `verdict_weights` ("verdict") or by
+    `direction_weights` ("direction").
     """
     steps = policy[[*STEP_KEY, "reward", "task_accuracy"]].reset_index(drop=True)
     outcome = policy["outcome"].to_numpy(dtype=np.float64)
@@ -156,8 +157,12 @@ def rm_samples(
     kept = in_accuracy_band(votes_df["task_accuracy"], *band) & (adv != 0.0)
     votes_df["kept"] = kept
     votes_df["advantage"] = np.where(kept, adv, 0.0)
-    if balance:
+    pushes = push_directions(votes_df["verdict"], votes_df["advantage"])
+    push_share = progress_push_share(pushes, votes_df["advantage"])  # before any weighing
+    if balance == "verdict":
         votes_df["advantage"] *= verdict_weights(votes_df["verdict"], kept)
+    elif balance == "direction":
+        votes_df["advantage"] *= direction_weights(pushes, votes_df["advantage"])
     votes_df = votes_df.drop(columns="_row")
 
     parsed = votes_df["verdict"].notna()
@@ -175,6 +180,7 @@ def rm_samples(
         "reward_model/kept_progress_verdicts": float((votes_df.loc[kept, "verdict"] > 0).mean())
         if kept.any()
         else 0.0,
+        "reward_model/progress_push_share": push_share,
     }
     judged = judge_metrics(rollouts, verdicts)
     for name in ROUND_JUDGE_METRICS:
@@ -195,6 +201,45 @@ def verdict_weights(verdict: pd.Series, kept: np.ndarray | pd.Series) -> np.ndar
         for mask in says:
             weights[mask] = parsed.sum() / (2 * mask.sum())
     return weights
+
+
+def push_directions(verdict: pd.Series, advantage: pd.Series) -> np.ndarray:
+    """The verdict each vote's update makes more likely: sign(A)·v for a parsed vote of verdict
+    v ∈ {+1, −1} and advantage A (raising v where A > 0, lowering it, so raising −v, where
+    A < 0); 0 for unparsed votes and votes with A = 0. On a step whose votes are all parsed
+    every vote pushes toward sign(R_τ), the verdict its consistency reward R_τ·S favours."""
+    values = verdict.to_numpy(dtype=np.float64, na_value=np.nan)
+    return np.nan_to_num(np.sign(advantage.to_numpy(dtype=np.float64)) * values, nan=0.0)
+
+
+def direction_weights(pushes: np.ndarray, advantage: pd.Series) -> np.ndarray:
+    """Weights that give the update's pushes toward "progress" and toward "no progress" the same
+    total: with M = Σ|A| over the votes that push (`push_directions` ≠ 0) and M_d over those
+    that push toward d, a vote pushing toward d weighs M / (2·M_d), so each direction's
+    |A|·weight sums to M/2. 1 for votes that push toward neither, and for every vote when all
+    pushes go one way (nothing to balance).
+
+    The update then fits the judge to both classes equally, as balanced process accuracy scores
+    it, where the plain update fits the share of steps R_τ calls progress: where most episodes
+    fail that is a minority, and the judge drifts to "no progress" (`verdict_weights` cannot
+    stop that: a "no progress" vote with A < 0 pushes toward "progress", so weighing by the
+    verdict given mixes the two directions)."""
+    magnitude = np.abs(advantage.to_numpy(dtype=np.float64))
+    weights = np.ones(len(pushes))
+    toward = [pushes > 0, pushes < 0]
+    mass = [magnitude[mask].sum() for mask in toward]
+    if all(m > 0 for m in mass):
+        for mask, m in zip(toward, mass, strict=True):
+            weights[mask] = sum(mass) / (2 * m)
+    return weights
+
+
+def progress_push_share(pushes: np.ndarray, advantage: pd.Series) -> float:
+    """The share of the update's push (Σ|A| over votes with a direction) toward "progress";
+    0 when nothing pushes."""
+    magnitude = np.abs(advantage.to_numpy(dtype=np.float64))
+    total = magnitude[pushes != 0].sum()
+    return float(magnitude[pushes > 0].sum() / total) if total > 0 else 0.0
 
 
 def task_key(frame: pd.DataFrame) -> pd.Series:

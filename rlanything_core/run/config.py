@@ -276,13 +276,32 @@ class RewardModelConfig(_Strict):
     reinforces the verdict that agrees with the outcome, and where most episodes fail that is
     mostly "no progress", so a judge can learn the class prior rather than the steps (TextWorld
     ablation: process accuracy 73.9 → 77.2 % while balanced fell 76.7 → 67.6 %)."""
+    balance_directions: bool = False
+    """Judge mode: weigh the update's votes so that its pushes toward "progress" and toward
+    "no progress" carry the same total |advantage| (`signals.direction_weights`): the update then
+    fits both classes equally, as balanced process accuracy scores them. False (the paper): it
+    fits the share of steps R_τ calls progress. Not with balance_verdicts."""
+
+    @property
+    def balance(self) -> Literal["verdict", "direction"] | None:
+        """How the RM update weighs its votes (`signals.rm_samples`): by verdict, by direction,
+        or not at all."""
+        if self.balance_verdicts:
+            return "verdict"
+        return "direction" if self.balance_directions else None
 
     @model_validator(mode="after")
     def _choosing_verdicts(self) -> RewardModelConfig:
-        if self.balance_verdicts and self.mode != "judge":
+        for name in ("balance_verdicts", "balance_directions"):
+            if getattr(self, name) and self.mode != "judge":
+                raise ValueError(
+                    f"reward_model.{name} weighs judge verdicts, but reward_model.mode is "
+                    f"{self.mode!r}; remove {name}"
+                )
+        if self.balance_verdicts and self.balance_directions:
             raise ValueError(
-                "reward_model.balance_verdicts weighs judge verdicts, but reward_model.mode is "
-                f"{self.mode!r}; remove balance_verdicts"
+                "reward_model.balance_verdicts and balance_directions are two ways to weigh the "
+                "same votes; set one of them"
             )
         if self.answers != "choose":
             return self
