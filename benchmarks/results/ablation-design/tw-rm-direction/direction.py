@@ -5,20 +5,26 @@ inside the issue's 60-75 % band rise when trained, where the plain update makes 
 
 `warm OUT`: the games (pool and held-out in-domain set) and the warm starts of tw-rm-band's
 recipe (tw-rm-ws300.yaml with the RM warm-started on 150 episodes), two roles side by side;
-writes OUT/ready.yaml.
+writes OUT/ready.yaml. `warm OUT --household`: the same from household's tw-rm/hh-rm.yaml
+as it is (the household ablation's models, whose RM rose +5.6 points in tw-rm).
 
-`train OUT ARM:SEED [ARM:SEED ...]`: +Reward runs of 8 rounds from OUT/ready.yaml, two at a
-time at one torch thread each, in the order given; ARM is `plain` or `direction`. As each run
-ends, `benchmarks/rm_same_steps.py` judges its step-8 held-out steps with the trained and the
-starting RM and writes `same-steps-ARM-seedSEED.json` here.
+`train OUT ARM:SEED [ARM:SEED ...] [--rounds R]`: +Reward runs of R rounds (default 8) from
+OUT/ready.yaml, two at a time at one torch thread each, in the order given; ARM is `plain` or
+`direction`. As each run ends, `benchmarks/rm_same_steps.py` judges its step-R held-out steps
+with the trained and the starting RM and writes `same-steps-[hh-]ARM-seedSEED.json` here
+(hh- for household).
 
     python benchmarks/results/ablation-design/tw-rm-direction/direction.py warm OUT
     python benchmarks/results/ablation-design/tw-rm-direction/direction.py train OUT \
-        direction:0 direction:1 direction:2 plain:0
+        direction:0 plain:0 direction:1 direction:2
+    python benchmarks/results/ablation-design/tw-rm-direction/direction.py warm HH --household
+    python benchmarks/results/ablation-design/tw-rm-direction/direction.py train HH \
+        direction:0 plain:0 --rounds 4
 """
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 import time
@@ -35,7 +41,6 @@ from rlanything_core.run.rundir import RunDir
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
-ROUNDS = 8
 RM_EPISODES = 150
 
 
@@ -49,28 +54,34 @@ def dump(config: RunConfig, path: Path) -> Path:
     return path
 
 
-def warm(out: Path) -> None:
-    base = load_config(HERE.parent / "tw-rm" / "tw-rm-ws300.yaml")
-    rm_ws = base.reward_model.warm_start.model_copy(update={"episodes": RM_EPISODES})
-    rm = base.reward_model.model_copy(update={"warm_start": rm_ws})
-    config = RunConfig.model_validate(base.model_dump() | {"reward_model": rm.model_dump()})
-    log("games: the pool and the held-out in-domain set, side by side")
-    gen_pool = (
-        "from rlanything_core.run.config import load_config as l; import sys; "
-        "c = l(sys.argv[1]).environment; c.generate(c.split, c.num_tasks, c.seed)"
-    )
-    pool = subprocess.Popen([PY, "-c", gen_pool, str(HERE.parent / "tw-rm" / "tw-rm-ws300.yaml")])
-    eval_tasks(config, "id")
-    if pool.wait() != 0:
-        raise SystemExit("generating the pool's games failed")
-    log("games done; warm starts (policy, RM on 150 episodes), two at a time")
+def warm(out: Path, household: bool) -> None:
+    if household:
+        config = load_config(HERE.parent / "tw-rm" / "hh-rm.yaml")
+        log("household: warm starts (policy, RM), two at a time")
+    else:
+        base = load_config(HERE.parent / "tw-rm" / "tw-rm-ws300.yaml")
+        rm_ws = base.reward_model.warm_start.model_copy(update={"episodes": RM_EPISODES})
+        rm = base.reward_model.model_copy(update={"warm_start": rm_ws})
+        config = RunConfig.model_validate(base.model_dump() | {"reward_model": rm.model_dump()})
+        log("games: the pool and the held-out in-domain set, side by side")
+        gen_pool = (
+            "from rlanything_core.run.config import load_config as l; import sys; "
+            "c = l(sys.argv[1]).environment; c.generate(c.split, c.num_tasks, c.seed)"
+        )
+        recipe = str(HERE.parent / "tw-rm" / "tw-rm-ws300.yaml")
+        pool = subprocess.Popen([PY, "-c", gen_pool, recipe])
+        eval_tasks(config, "id")
+        if pool.wait() != 0:
+            raise SystemExit("generating the pool's games failed")
+        log("games done; warm starts (policy, RM on 150 episodes), two at a time")
     ready = warm_started(config, RunDir(out / "warm"), workers=2)
     dump(ready, out / "ready.yaml")
     log(f"warm starts done: {out / 'ready.yaml'}")
 
 
-def train(out: Path, jobs: list[str]) -> None:
+def train(out: Path, jobs: list[str], rounds: int) -> None:
     ready = load_config(out / "ready.yaml")
+    prefix = "hh-" if ready.environment.name == "household" else ""
     running: list[tuple[str, Path, subprocess.Popen[bytes]]] = []
 
     def reap(block: bool) -> None:
@@ -84,10 +95,10 @@ def train(out: Path, jobs: list[str]) -> None:
             if proc.returncode != 0:
                 log(f"{name} failed ({proc.returncode}); see {out / (name + '.log')}")
                 continue
-            log(f"{name} trained; judging its step-{ROUNDS} held-out steps with the starting RM")
+            log(f"{name} trained; judging its step-{rounds} held-out steps with the starting RM")
             subprocess.run(
                 [PY, str(HERE.parents[2] / "rm_same_steps.py"), str(run_dir), "--step",
-                 str(ROUNDS), "--out", str(HERE / f"same-steps-{name}.json")],
+                 str(rounds), "--out", str(HERE / f"same-steps-{name}.json")],
                 check=False,
             )  # fmt: skip
 
@@ -101,11 +112,11 @@ def train(out: Path, jobs: list[str]) -> None:
             | {
                 "mode": "reward",
                 "seed": int(seed),
-                "rounds": ROUNDS,
+                "rounds": rounds,
                 "reward_model": rm.model_dump(),
             }
         )
-        name = f"{arm}-seed{seed}"
+        name = f"{prefix}{arm}-seed{seed}"
         path = dump(config, HERE / f"{name}.yaml")
         run_dir = out / arm / f"seed_{seed}" / "run"
         while len(running) >= 2:
@@ -123,10 +134,15 @@ def train(out: Path, jobs: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    torch.set_num_threads(1 if sys.argv[1] == "train" else 2)
-    if sys.argv[1] == "warm":
-        warm(Path(sys.argv[2]))
-    elif sys.argv[1] == "train":
-        train(Path(sys.argv[2]), sys.argv[3:])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=["warm", "train"])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("jobs", nargs="*", help="train: ARM:SEED, ARM plain or direction")
+    parser.add_argument("--household", action="store_true", help="warm: household's hh-rm.yaml")
+    parser.add_argument("--rounds", type=int, default=8, help="train: rounds a run")
+    args = parser.parse_args()
+    torch.set_num_threads(1 if args.command == "train" else 2)
+    if args.command == "warm":
+        warm(args.out, args.household)
     else:
-        raise SystemExit(__doc__)
+        train(args.out, args.jobs, args.rounds)
