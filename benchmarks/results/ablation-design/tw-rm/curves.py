@@ -84,7 +84,7 @@ def plot(found: dict[str, list[dict[str, object]]], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for i, (root, rows) in enumerate(found.items()):
-        name = Path(root).parent.name
+        name = "/".join(Path(root).parts[-3:-1])  # arm/seed_N
         rounds = [r["round"] for r in rows]
         for key, style, label in (
             ("in_band_rm_balanced", "-", "RM"),
