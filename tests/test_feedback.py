@@ -344,29 +344,50 @@ def test_verdict_weights_give_both_verdicts_the_same_total() -> None:
         )
 
 
-def test_rm_samples_balance_weighs_the_kept_votes() -> None:
-    """One won step judged 1, 1, −1: R = 1 + 1/3, rewards R·S standardized over the 3 votes;
-    with `balance` the two "progress" votes weigh 3/(2·2) and the "no progress" one 3/(2·1)."""
-    from rlanything_core.method.signals import policy_samples, rm_samples, verdict_matrix
+RM_KWARGS = {"parse_failure_penalty": -2.0, "eps": EPS, "band": (0.0, 1.0)}
 
+
+def _judged_steps(
+    outcomes: list[int], votes: list[list[int]]
+) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray, pd.DataFrame]:
+    """One-step rollouts of task "t" with these outcomes, each step judged by its 3 `votes`:
+    the rollouts, judgments, verdict matrix and the policy's samples (step estimator, every
+    task in band), as `rm_samples` takes them."""
+    from rlanything_core.method.signals import policy_samples, verdict_matrix
+
+    n = len(outcomes)
     rollouts = _one_task(
-        [(0, 0)], outcome=[1], action_valid=True, progress=[True], num_steps=[1], prompt=["A"]
+        [(i, 0) for i in range(n)], outcome=outcomes, action_valid=True,
+        progress=[True] * n, num_steps=[1] * n, prompt=["A"] * n,
+    )  # fmt: skip
+    columns = ["round", "task_id", "task_version", "rollout_idx", "step_idx", "seed", "checkpoint"]
+    judgments = (
+        pd.concat([rollouts] * 3)
+        .sort_index(kind="stable")
+        .reset_index(drop=True)[columns]
+        .assign(vote_idx=[0, 1, 2] * n, verdict=[v for step in votes for v in step])
     )
-    judgments = pd.concat([rollouts] * 3, ignore_index=True)[
-        ["round", "task_id", "task_version", "rollout_idx", "step_idx", "seed", "checkpoint"]
-    ].assign(vote_idx=[0, 1, 2], verdict=[1, 1, -1])
     s = verdict_matrix(rollouts, judgments, 3)
     policy, _ = policy_samples(
         rollouts, s, lam=1.0, estimator="step", singleton="raw", eps=EPS, band=(0.0, 1.0),
         drop_zero_advantage=False,
     )  # fmt: skip
-    kwargs = {"parse_failure_penalty": -2.0, "eps": EPS, "band": (0.0, 1.0)}
-    plain, metrics = rm_samples(rollouts, judgments, s, policy, **kwargs)
-    balanced, _ = rm_samples(rollouts, judgments, s, policy, balance="verdict", **kwargs)
+    return rollouts, judgments, s, policy
+
+
+def test_rm_samples_balance_weighs_the_kept_votes() -> None:
+    """One won step judged 1, 1, −1: R = 1 + 1/3, rewards R·S standardized over the 3 votes;
+    with `balance` the two "progress" votes weigh 3/(2·2) and the "no progress" one 3/(2·1)."""
+    from rlanything_core.method.signals import rm_samples
+
+    rollouts, judgments, s, policy = _judged_steps([1], [[1, 1, -1]])
+    plain, metrics = rm_samples(rollouts, judgments, s, policy, **RM_KWARGS)
+    balanced, _ = rm_samples(rollouts, judgments, s, policy, balance="verdict", **RM_KWARGS)
     assert plain["kept"].all() and metrics["reward_model/kept_progress_verdicts"] == 2 / 3
     assert metrics["reward_model/tasks_in_band"] == 1.0
     # The paper's RM band [0.2, 0.8]: a task won in every episode (accuracy 1) teaches nothing.
-    outside, metrics = rm_samples(rollouts, judgments, s, policy, **(kwargs | {"band": (0.2, 0.8)}))
+    in_band = RM_KWARGS | {"band": (0.2, 0.8)}
+    outside, metrics = rm_samples(rollouts, judgments, s, policy, **in_band)
     assert not outside["kept"].any() and (outside["advantage"] == 0).all()
     assert metrics["reward_model/tasks_in_band"] == 0.0
     assert metrics["reward_model/kept_samples"] == 0.0
@@ -423,38 +444,12 @@ def test_rm_samples_balances_directions_across_steps() -> None:
     has nothing to balance; together each direction's |A| is 2·√2, so the weights are 1 and the
     push share ½. Add a second lost step: "no progress" now has 4·√2, so its votes weigh ¾ and
     the won step's 3/2, and the push share is ⅓."""
-    from rlanything_core.method.signals import policy_samples, rm_samples, verdict_matrix
+    from rlanything_core.method.signals import rm_samples
 
     def run(outcomes: list[int], votes: list[list[int]]) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-        n = len(outcomes)
-        rollouts = _one_task(
-            [(i, 0) for i in range(n)], outcome=outcomes, action_valid=True,
-            progress=[True] * n, num_steps=[1] * n, prompt=["A"] * n,
-        )  # fmt: skip
-        judgments = (
-            pd.concat([rollouts] * 3)
-            .sort_index(kind="stable")
-            .reset_index(drop=True)[
-                [
-                    "round",
-                    "task_id",
-                    "task_version",
-                    "rollout_idx",
-                    "step_idx",
-                    "seed",
-                    "checkpoint",
-                ]
-            ]
-            .assign(vote_idx=[0, 1, 2] * n, verdict=[v for step in votes for v in step])
-        )
-        s = verdict_matrix(rollouts, judgments, 3)
-        policy, _ = policy_samples(
-            rollouts, s, lam=1.0, estimator="step", singleton="raw", eps=EPS, band=(0.0, 1.0),
-            drop_zero_advantage=False,
-        )  # fmt: skip
-        kwargs = {"parse_failure_penalty": -2.0, "eps": EPS, "band": (0.0, 1.0)}
-        plain, metrics = rm_samples(rollouts, judgments, s, policy, **kwargs)
-        balanced, _ = rm_samples(rollouts, judgments, s, policy, balance="direction", **kwargs)
+        rollouts, judgments, s, policy = _judged_steps(outcomes, votes)
+        plain, metrics = rm_samples(rollouts, judgments, s, policy, **RM_KWARGS)
+        balanced, _ = rm_samples(rollouts, judgments, s, policy, balance="direction", **RM_KWARGS)
         return plain, balanced, metrics
 
     plain, balanced, metrics = run([1], [[1, 1, -1]])
