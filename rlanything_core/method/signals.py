@@ -212,6 +212,13 @@ def push_directions(verdict: pd.Series, advantage: pd.Series) -> np.ndarray:
     return np.nan_to_num(np.sign(advantage.to_numpy(dtype=np.float64)) * values, nan=0.0)
 
 
+def push_masses(pushes: np.ndarray, advantage: pd.Series) -> tuple[float, float]:
+    """Σ|A| of the votes that push toward "progress" and of those that push toward "no progress"
+    (`push_directions` > 0 and < 0)."""
+    magnitude = np.abs(advantage.to_numpy(dtype=np.float64))
+    return float(magnitude[pushes > 0].sum()), float(magnitude[pushes < 0].sum())
+
+
 def direction_weights(pushes: np.ndarray, advantage: pd.Series) -> np.ndarray:
     """Weights that give the update's pushes toward "progress" and toward "no progress" the same
     total: with M = Σ|A| over the votes that push (`push_directions` ≠ 0) and M_d over those
@@ -224,22 +231,19 @@ def direction_weights(pushes: np.ndarray, advantage: pd.Series) -> np.ndarray:
     fail that is a minority, and the judge drifts to "no progress" (`verdict_weights` cannot
     stop that: a "no progress" vote with A < 0 pushes toward "progress", so weighing by the
     verdict given mixes the two directions)."""
-    magnitude = np.abs(advantage.to_numpy(dtype=np.float64))
+    up, down = push_masses(pushes, advantage)
     weights = np.ones(len(pushes))
-    toward = [pushes > 0, pushes < 0]
-    mass = [magnitude[mask].sum() for mask in toward]
-    if all(m > 0 for m in mass):
-        for mask, m in zip(toward, mass, strict=True):
-            weights[mask] = sum(mass) / (2 * m)
+    if up > 0 and down > 0:
+        weights[pushes > 0] = (up + down) / (2 * up)
+        weights[pushes < 0] = (up + down) / (2 * down)
     return weights
 
 
 def progress_push_share(pushes: np.ndarray, advantage: pd.Series) -> float:
     """The share of the update's push (Σ|A| over votes with a direction) toward "progress";
     0 when nothing pushes."""
-    magnitude = np.abs(advantage.to_numpy(dtype=np.float64))
-    total = magnitude[pushes != 0].sum()
-    return float(magnitude[pushes > 0].sum() / total) if total > 0 else 0.0
+    up, down = push_masses(pushes, advantage)
+    return up / (up + down) if up + down > 0 else 0.0
 
 
 def task_key(frame: pd.DataFrame) -> pd.Series:

@@ -18,11 +18,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from common import save
+
 from flows.evaluate import judge_held_out
 from rlanything_core.base.schemas import read_dataset
 from rlanything_core.method.signals import judge_gain, judge_metrics, verdict_matrix
 from rlanything_core.run.config import load_config
-from rlanything_core.run.rundir import RunDir, write_json
+from rlanything_core.run.rundir import RunDir
 
 
 def points(estimate: Any) -> list[float]:
@@ -74,7 +76,15 @@ def main(out: Path, roots: list[str]) -> None:
             f"{100 * m['process_balanced_accuracy_ci_high']:.1f}], plain "
             f"{100 * m['process_accuracy']:.1f} (majority {majority:.1f}); {versus}"
         )
-    write_json(out, {"steps": len(rollouts), "held_out": str(point), "judges": rows})
+    save(
+        out,
+        {
+            "benchmark": "common_steps",
+            "steps": len(rollouts),
+            "held_out": str(point),
+            "judges": rows,
+        },
+    )
 
 
 if __name__ == "__main__":

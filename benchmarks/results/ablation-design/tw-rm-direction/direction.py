@@ -31,12 +31,11 @@ import time
 from pathlib import Path
 
 import torch
-import yaml
 
 from flows.ablate import warm_started
 from flows.evaluate import eval_tasks
 from rlanything_core.base.atomic import atomic_path
-from rlanything_core.run.config import RunConfig, load_config
+from rlanything_core.run.config import RunConfig, dump_config, load_config
 from rlanything_core.run.rundir import RunDir
 
 HERE = Path(__file__).resolve().parent
@@ -50,7 +49,7 @@ def log(text: str) -> None:
 
 def dump(config: RunConfig, path: Path) -> Path:
     with atomic_path(path) as tmp:
-        tmp.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+        tmp.write_text(dump_config(config))
     return path
 
 
