@@ -5,9 +5,11 @@ drafts can be replayed without generating them; `game_of` is safe when two proce
 the same game. Run as (both at one torch thread, from the repository root):
 
 - `python fill_cache.py warm`: the environment model's 2000 warm-start spec games, from the end
-  of the list while the warm start walks it from the start (run as `pregen.py`, 00:15-00:26, `fill-cache-warm.log`);
+  of the list while the warm start walks it from the start (run as `pregen.py`, 00:15-00:27,
+  `fill-cache-warm.log`);
 - `python fill_cache.py ood`: the 400 held-out out-of-domain games (`evaluation.seed` 1000),
-  in order, while the environment model trained (run as `pregen_ood.py`, 00:35-00:46, `fill-cache-ood.log`).
+  in order, while the environment model trained (run as `pregen_ood.py`, 00:30-00:41,
+  `fill-cache-ood.log`).
 """
 
 import random
