@@ -3,6 +3,7 @@ playing their walkthrough, and played through our episode protocol."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -112,6 +113,19 @@ def test_walkthrough_wins_with_every_step_labelled_progress() -> None:
                 labels.append(result.progress)
             assert episode.success and all(labels), (split, spec)
             assert len(labels) == len(tw.game_of(spec).walkthrough)
+
+
+def test_drafts_are_what_generation_tries_in_order_so_a_cache_can_be_filled_ahead() -> None:
+    specs = tw.generate_textworld_specs("id", 3, seed=4)
+    drafts = list(itertools.islice(tw.textworld_drafts("id", 4), 4 * 3 + 8))
+    # each kept spec is a draft with its step limit cut to the walkthrough; kept in draft order
+    positions = [drafts.index(s.model_copy(update={"max_steps": tw.MAX_STEPS})) for s in specs]
+    assert positions == sorted(positions) and len(set(positions)) == 3
+    # generation cached every draft it kept: a filler that walks the drafts meets the same games
+    assert all((tw.cache_root() / tw.spec_hash(d) / "meta.json").is_file() for d in specs)
+    assert list(itertools.islice(tw.textworld_drafts("id", 4), 5)) == drafts[:5]
+    assert next(tw.textworld_drafts("id", 5)) != drafts[0]
+    assert next(tw.textworld_drafts("ood", 4)).world_size >= 5
 
 
 def test_splits_differ_in_size() -> None:

@@ -1,8 +1,9 @@
 """Fill the TextWorld game cache on the idle core while the ablation runs (about a second a game).
 
-`generate_textworld_specs` draws each spec from its rng before generating its game, so its
-drafts can be replayed without generating them; `game_of` is safe when two processes generate
-the same game. Run as (both at one torch thread, from the repository root):
+`generate_textworld_specs` tries the drafts of `textworld_drafts` in order, so they can be
+walked without generating them (the run used an inline copy of that loop, since moved into the
+library); `game_of` is safe when two processes generate the same game. Run as (both at one
+torch thread, from the repository root):
 
 - `python fill_cache.py warm`: the environment model's 2000 warm-start spec games, from the end
   of the list while the warm start walks it from the start (run as `pregen.py`, 00:15-00:27,
@@ -12,29 +13,19 @@ the same game. Run as (both at one torch thread, from the repository root):
   `fill-cache-ood.log`).
 """
 
-import random
+import itertools
 import sys
 import time
+from typing import Literal
 
 from rlanything_core.base.seeding import derive_seed
 from rlanything_core.envs.textworld import game as g
 from rlanything_core.run.config import load_config
 
 
-def drafts(split: str, seed: int, n: int) -> list[g.TextWorldSpec]:
+def drafts(split: Literal["id", "ood"], seed: int, n: int) -> list[g.TextWorldSpec]:
     """The first `n` specs `generate_textworld_specs(split, ·, seed)` tries, in its order."""
-    rng = random.Random(f"textworld-{split}-{seed}")
-    rooms, objects, quest = g._SPLITS[split]
-    return [
-        g.TextWorldSpec(
-            world_size=rng.randint(*rooms),
-            nb_objects=rng.randint(*objects),
-            quest_length=rng.randint(*quest),
-            max_steps=g.MAX_STEPS,
-            seed=rng.randrange(2**31),
-        )
-        for _ in range(n)
-    ]
+    return list(itertools.islice(g.textworld_drafts(split, seed), n))
 
 
 def cached(spec: g.TextWorldSpec) -> bool:

@@ -16,13 +16,14 @@ otherwise shortened that policy (TextWorld recomputes it from the current state)
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import random
 import shutil
 import uuid
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -301,26 +302,33 @@ _SPLITS: dict[str, tuple[tuple[int, int], tuple[int, int], tuple[int, int]]] = {
 }
 
 
-def generate_textworld_specs(
-    split: Literal["id", "ood"], n: int, seed: int, step_slack: int = 6
-) -> list[TextWorldSpec]:
-    """`n` valid specs (their games generated and cached). "id": 1–3 rooms, 2–6 objects, quests
-    of 1–3 commands; "ood": 5–8 rooms, 6–12 objects, quests of 4–6 commands. max_steps is the
-    walkthrough's length plus `step_slack`."""
+def textworld_drafts(split: Literal["id", "ood"], seed: int) -> Iterator[TextWorldSpec]:
+    """The candidate specs `generate_textworld_specs(split, ·, seed)` tries, in its order, without
+    generating their games (so a cache can be filled ahead of a run). The draw is seeded by
+    `(split, seed)` alone: the first k drafts are the same whatever `n` the caller asks for."""
     rng = random.Random(f"textworld-{split}-{seed}")
     rooms, objects, quest = _SPLITS[split]
-    specs: list[TextWorldSpec] = []
-    errors: list[str] = []
-    for _ in range(4 * n + 8):
-        if len(specs) == n:
-            break
-        draft = TextWorldSpec(
+    while True:
+        yield TextWorldSpec(
             world_size=rng.randint(*rooms),
             nb_objects=rng.randint(*objects),
             quest_length=rng.randint(*quest),
             max_steps=MAX_STEPS,
             seed=rng.randrange(2**31),
         )
+
+
+def generate_textworld_specs(
+    split: Literal["id", "ood"], n: int, seed: int, step_slack: int = 6
+) -> list[TextWorldSpec]:
+    """`n` valid specs (their games generated and cached). "id": 1–3 rooms, 2–6 objects, quests
+    of 1–3 commands; "ood": 5–8 rooms, 6–12 objects, quests of 4–6 commands. max_steps is the
+    walkthrough's length plus `step_slack`. At most `4n + 8` drafts are tried."""
+    specs: list[TextWorldSpec] = []
+    errors: list[str] = []
+    for draft in itertools.islice(textworld_drafts(split, seed), 4 * n + 8):
+        if len(specs) == n:
+            break
         try:
             game = game_of(draft)
         except SpecError as exc:
