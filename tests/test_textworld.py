@@ -3,8 +3,11 @@ playing their walkthrough, and played through our episode protocol."""
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import json
+import multiprocessing
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -126,6 +129,52 @@ def test_drafts_are_what_generation_tries_in_order_so_a_cache_can_be_filled_ahea
     assert list(itertools.islice(tw.textworld_drafts("id", 4), 5)) == drafts[:5]
     assert next(tw.textworld_drafts("id", 5)) != drafts[0]
     assert next(tw.textworld_drafts("ood", 4)).world_size >= 5
+
+
+def test_processes_that_need_the_same_specs_split_their_games(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes generating the same specs at once make each game once between them, not
+    once each, and get the same specs as one process alone."""
+    monkeypatch.setenv(tw.CACHE_ENV, str(tmp_path / "cache"))
+    made = tmp_path / "made.txt"
+    generate = tw._generate
+
+    def logged(spec: tw.TextWorldSpec, out: Path) -> tuple[str, list[str]]:
+        start = time.monotonic()
+        time.sleep(0.5)  # long enough for the other process to come to the same draft
+        result = generate(spec, out)
+        with open(made, "a") as log:
+            log.write(f"{spec.seed} {start} {time.monotonic()}\n")
+        return result
+
+    monkeypatch.setattr(tw, "_generate", logged)
+    fork = multiprocessing.get_context("fork")
+    with fork.Pool(2) as pool:
+        both = pool.starmap(tw.generate_textworld_specs, [("id", 6, 8), ("id", 6, 8)])
+    rows = [line.split() for line in made.read_text().splitlines()]
+    seeds = [row[0] for row in rows]
+    spans = sorted((float(row[1]), float(row[2])) for row in rows)
+    assert both[0] == both[1] and len(both[0]) == 6
+    assert len(seeds) == len(set(seeds)) >= 6  # no game made twice
+    # and not one after another: the second process made other games meanwhile
+    assert any(later[0] < earlier[1] for earlier, later in itertools.pairwise(spans))
+    assert sorted(set(seeds)) == sorted(str(s.seed) for s in both[0])  # all drafts were valid
+    monkeypatch.setenv(tw.CACHE_ENV, str(tmp_path / "alone"))
+    monkeypatch.setattr(tw, "_generate", generate)
+    assert tw.generate_textworld_specs("id", 6, 8) == both[0]
+    assert not list((tmp_path / "cache").glob(".*"))  # no lock or temporary directory left
+
+
+def test_a_game_another_process_is_making_is_not_claimed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(tw.CACHE_ENV, str(tmp_path))
+    spec = tw.TextWorldSpec(**SPEC)
+    with open(tmp_path / f".{tw.spec_hash(spec)}.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert tw.claim_game(spec) is None
+    assert tw.claim_game(spec) == tw.game_of(spec)
 
 
 def test_splits_differ_in_size() -> None:

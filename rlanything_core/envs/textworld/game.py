@@ -15,6 +15,7 @@ otherwise shortened that policy (TextWorld recomputes it from the current state)
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import itertools
 import json
@@ -169,22 +170,54 @@ def _load(root: str, key: str) -> Game:
 
 
 def game_of(spec: TextWorldSpec) -> Game:
-    """The spec's game from the cache, generated and verified first when missing.
+    """The spec's game from the cache, generated and verified first when missing; when another
+    process is generating it, waits for that one (`claim_game` does not wait)."""
+    game = _build(spec, wait=True)
+    assert game is not None  # a waiting build always ends with the game or a SpecError
+    return game
 
-    The game is generated in a temporary directory beside its cache entry, played through, and
-    renamed into place only then: an interrupted generation leaves no entry, and two processes
-    generating the same game keep one of the two identical results.
+
+def claim_game(spec: TextWorldSpec) -> Game | None:
+    """The spec's game when it is cached or this process can generate it now; None while another
+    process is generating it (then `game_of` waits for it). Lets processes that need the same
+    games split the work between them (`generate_textworld_specs`)."""
+    return _build(spec, wait=False)
+
+
+def _build(spec: TextWorldSpec, wait: bool) -> Game | None:
+    """The game from the cache, or generated under the spec's lock.
+
+    The lock (`flock` on a file beside the cache entry, released if its holder dies) only spares
+    duplicate work. Safety comes from the rename: the game is generated in a temporary directory
+    beside its cache entry, played through, and renamed into place only then, so an interrupted
+    generation leaves no entry and two processes generating the same game keep one of the two
+    identical results.
     """
     root, key = cache_root(), spec_hash(spec)
     folder = root / key
-    if (folder / "meta.json").is_file():
-        try:
-            return _load(str(root), key)
-        except (OSError, ValueError, KeyError) as exc:
-            raise SpecError(
-                f"the cached TextWorld game {folder} is unreadable ({exc}); delete that "
-                "directory and it is generated again."
-            ) from exc
+    if not (folder / "meta.json").is_file():
+        root.mkdir(parents=True, exist_ok=True)
+        lock = root / f".{key}.lock"
+        with open(lock, "a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except BlockingIOError:
+                return None
+            try:
+                if not (folder / "meta.json").is_file():  # not made while this one waited
+                    _generate_into(spec, root, key)
+            finally:
+                lock.unlink(missing_ok=True)
+    try:
+        return _load(str(root), key)
+    except (OSError, ValueError, KeyError) as exc:
+        raise SpecError(
+            f"the cached TextWorld game {folder} is unreadable ({exc}); delete that "
+            "directory and it is generated again."
+        ) from exc
+
+
+def _generate_into(spec: TextWorldSpec, root: Path, key: str) -> None:
     tmp = root / f".{key}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir(parents=True)
     try:
@@ -193,13 +226,12 @@ def game_of(spec: TextWorldSpec) -> Game:
         meta = {"spec": spec.generation, "objective": objective, "walkthrough": walkthrough}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         try:
-            os.rename(tmp, folder)
+            os.rename(tmp, root / key)
         except OSError:
-            if not (folder / "meta.json").is_file():
+            if not (root / key / "meta.json").is_file():
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return _load(str(root), key)
 
 
 def parse_textworld_spec(data: str | dict[str, object]) -> TextWorldSpec:
@@ -323,22 +355,49 @@ def generate_textworld_specs(
 ) -> list[TextWorldSpec]:
     """`n` valid specs (their games generated and cached). "id": 1–3 rooms, 2–6 objects, quests
     of 1–3 commands; "ood": 5–8 rooms, 6–12 objects, quests of 4–6 commands. max_steps is the
-    walkthrough's length plus `step_slack`. At most `4n + 8` drafts are tried."""
-    specs: list[TextWorldSpec] = []
-    errors: list[str] = []
-    for draft in itertools.islice(textworld_drafts(split, seed), 4 * n + 8):
-        if len(specs) == n:
-            break
+    walkthrough's length plus `step_slack`. At most `4n + 8` drafts are tried.
+
+    The specs are the first `n` drafts of `textworld_drafts` whose games can be made, whoever
+    makes them: a draft another process is generating is passed over and waited for only once
+    enough drafts are in hand, so processes that need the same specs (an ablation's runs side by
+    side) generate different games instead of the same ones twice."""
+    drafts = list(itertools.islice(textworld_drafts(split, seed), 4 * n + 8))
+    games: dict[int, Game] = {}  # draft index -> its game
+    errors: dict[int, str] = {}  # draft index -> why its game cannot be made
+    passed: list[int] = []  # drafts another process held when this one came to them
+    walked = 0
+
+    def settle(index: int, wait: bool) -> None:
         try:
-            game = game_of(draft)
+            game = _build(drafts[index], wait)
         except SpecError as exc:
-            errors.append(str(exc))
-            continue
-        steps = min(len(game.walkthrough) + step_slack, MAX_STEPS)
-        specs.append(draft.model_copy(update={"max_steps": steps}))
+            errors[index] = str(exc)
+            return
+        if game is None:
+            passed.append(index)
+        else:
+            games[index] = game
+
+    while True:
+        kept = sorted(games)[:n]
+        if len(kept) == n and not any(i < kept[-1] for i in passed):
+            break
+        if walked < len(drafts) and len(kept) + len(passed) < n:
+            settle(walked, wait=False)
+            walked += 1
+        elif passed:
+            settle(passed.pop(0), wait=True)
+        else:
+            break
+    specs = [
+        drafts[i].model_copy(
+            update={"max_steps": min(len(games[i].walkthrough) + step_slack, MAX_STEPS)}
+        )
+        for i in sorted(games)[:n]
+    ]
     if len(specs) < n:
         raise SpecError(
             f"only {len(specs)} of {n} TextWorld {split} games could be generated; the last "
-            f"error: {errors[-1] if errors else 'none'}"
+            f"error: {errors[max(errors)] if errors else 'none'}"
         )
     return specs
