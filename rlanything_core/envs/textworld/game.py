@@ -379,21 +379,17 @@ def generate_textworld_specs(
             games[index] = game
 
     while True:
-        kept = sorted(games)[:n]
-        if len(kept) == n and not any(i < kept[-1] for i in passed):
-            break
-        if walked < len(drafts) and len(kept) + len(passed) < n:
+        while walked < len(drafts) and len(games) + len(passed) < n:
             settle(walked, wait=False)
             walked += 1
-        elif passed:
-            settle(passed.pop(0), wait=True)
-        else:
+        if not passed:
             break
+        settle(passed.pop(0), wait=True)
     specs = [
         drafts[i].model_copy(
             update={"max_steps": min(len(games[i].walkthrough) + step_slack, MAX_STEPS)}
         )
-        for i in sorted(games)[:n]
+        for i in sorted(games)
     ]
     if len(specs) < n:
         raise SpecError(
