@@ -252,16 +252,18 @@ def rows() -> list[tuple[str, str, str]]:
 
 def measured(file: str) -> str:
     """Where and when a result file was measured: the CPU (files before the model name was
-    recorded give their vector flags), the day and the commit, as far as the file records them."""
+    recorded give their vector flags), the day and the commit, as far as the file records them;
+    for a file that names no commit, the commit that added it (results/provenance.json)."""
     data = _load(file.removesuffix(".json")) or {}
+    added = ((_load("provenance") or {}).get("files", {}).get(file) or {}).get("committed_in")
     host = data.get("machine", {})
     cpu = host.get("cpu_model") or (
         f"CPU not recorded ({', '.join(host['cpu_flags'])})"
         if host.get("cpu_flags")
         else "host not recorded"
     )
-    day = str(data.get("measured_at", "date not recorded"))[:10]
-    commit = data.get("commit") or "commit not recorded"
+    day = str(data["measured_at"])[:10] if data.get("measured_at") else "date not recorded"
+    commit = data.get("commit") or (f"committed in {added}" if added else "commit not recorded")
     return f"{cpu}, {day}, {commit}"
 
 

@@ -16,6 +16,7 @@ import learning
 import pandas as pd
 import policy_signal
 import pool_seeds
+import report
 import rm_same_steps
 import rm_signal
 import round_profile
@@ -288,3 +289,28 @@ def test_targets_read_another_machines_results_and_name_their_cpu(tmp_path: Path
     (tmp_path / "levers.json").write_text(json.dumps({"make run seconds": "a misspelt target"}))
     with pytest.raises(ValueError, match="names no target"):
         targets.check(tmp_path)
+
+
+def test_report_names_the_commit_that_added_a_file_that_records_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`report.measured`: the file's own CPU, day and commit; where it names no commit, the
+    commit that added it from provenance.json, said as such; else "commit not recorded"."""
+    import json
+
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    machine = {"cpu_flags": ["avx2"]}
+    (tmp_path / "a.json").write_text(
+        json.dumps({"measured_at": "2026-11-22T05:40", "machine": machine})
+    )
+    (tmp_path / "b.json").write_text(
+        json.dumps({"commit": "1234567", "machine": {"cpu_model": "EPYC"}})
+    )
+    assert report.measured("a.json") == "CPU not recorded (avx2), 2026-11-22, commit not recorded"
+    (tmp_path / "provenance.json").write_text(
+        json.dumps(
+            {"files": {"a.json": {"committed_in": "abcdef0"}, "b.json": {"committed_in": "x"}}}
+        )
+    )
+    assert report.measured("a.json") == "CPU not recorded (avx2), 2026-11-22, committed in abcdef0"
+    assert report.measured("b.json") == "EPYC, date not recorded, 1234567"  # its own commit wins
