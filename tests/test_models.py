@@ -676,3 +676,60 @@ def test_select_samples_carries_the_sampler_logprobs_only_where_asked() -> None:
             seed=0,
             with_sampler_logprobs=True,
         )
+
+
+def test_bfloat16_lora_adapters_multiply_in_bfloat16_and_train_float32_weights(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`loading.compute_adapters_in`: a bfloat16 model's LoRA adapters multiply in bfloat16
+    (no float32 copies of the activations) while their weights, gradients and checkpoint stay
+    float32. Against the float32 model with the same weights its log-probs are about as close as
+    PEFT's float32 adapters', and one AdamW step moves the adapters as PEFT's does."""
+    from rlanything_core.models import loading
+
+    def lora(skip: bool, dtype: str) -> torch.nn.Module:
+        with monkeypatch.context() as patch:
+            if skip:  # PEFT's own: float32 adapters, their inputs cast to float32
+                patch.setattr(loading, "compute_adapters_in", lambda model, dtype: None)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # emulated bfloat16 on some CPUs
+                model, _ = load_model(
+                    "tiny", device="cpu", dtype=dtype, trainable=True, lora_rank=8
+                )
+        g = torch.Generator().manual_seed(0)
+        with torch.no_grad():  # the same adapter in every model, B not zero
+            for name, p in sorted(model.named_parameters()):
+                if "lora_" in name:
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+        return model
+
+    ours, peft, full = lora(False, "bfloat16"), lora(True, "bfloat16"), lora(False, "float32")
+    layers = [m for m in ours.modules() if isinstance(m, loading.LoraLayer)]
+    assert layers and all(not m.cast_input_dtype_enabled for m in layers)
+    assert all(isinstance(m.lora_A["default"], loading._CastLinear) for m in layers)
+    assert ours.state_dict().keys() == peft.state_dict().keys()
+    _, tok = load_model("tiny", device="cpu")
+    prompt = [tok(t)["input_ids"] for t in ("you are in the kitchen", "go to sinkbasin 1")]
+    answer = [with_eos(tok("look at the mug")["input_ids"], tok.eos_token_id)] * 2
+    with torch.no_grad():
+        lp = [response_logprobs(m, prompt, answer, temperature=1.0, pad_id=0)[0].float()
+              for m in (ours, peft, full)]  # fmt: skip
+    error = [(lp[i] - lp[2]).abs().mean().item() for i in (0, 1)]
+    assert 0 < error[0] <= 1.5 * error[1], error
+    moved = []
+    for model in (ours, peft):
+        adapters = {k: v for k, v in model.named_parameters() if v.requires_grad}
+        before = {k: v.detach().clone() for k, v in adapters.items()}
+        optimizer = make_optimizer(model, lr=1e-4)
+        logp, mask = response_logprobs(model, prompt, answer, temperature=1.0, pad_id=0)
+        (-(logp * mask).sum() / mask.sum()).backward()
+        assert all(v.grad is not None and v.grad.dtype == torch.float32 for v in adapters.values())
+        optimizer.step()  # lr 1e-4 moves every weight: float32 keeps what bfloat16 would round away
+        assert all(v.dtype == torch.float32 for v in adapters.values())
+        moved.append(torch.cat([(adapters[k].detach() - before[k]).flatten() for k in before]))
+    assert (moved[0] != 0).float().mean() > 0.99
+    assert torch.cosine_similarity(moved[0], moved[1], dim=0) > 0.9
+    save_checkpoint(ours, tok, tmp_path / "ours")
+    reloaded, _ = load_model(str(tmp_path / "ours"), device="cpu", dtype="bfloat16", trainable=True)
+    saved = {k: v for k, v in reloaded.named_parameters() if v.requires_grad}
+    assert {v.dtype for v in saved.values()} == {torch.float32}
