@@ -711,9 +711,14 @@ def test_bfloat16_lora_adapters_multiply_in_bfloat16_and_train_float32_weights(
     _, tok = load_model("tiny", device="cpu")
     prompt = [tok(t)["input_ids"] for t in ("you are in the kitchen", "go to sinkbasin 1")]
     answer = [with_eos(tok("look at the mug")["input_ids"], tok.eos_token_id)] * 2
+    products = []  # what one adapter factor computes in: bfloat16 in ours, float32 in PEFT's
+    for model in (ours, peft):
+        factor = next(m for m in model.modules() if isinstance(m, loading.LoraLayer)).lora_A
+        factor["default"].register_forward_hook(lambda _m, _i, out: products.append(out.dtype))
     with torch.no_grad():
         lp = [response_logprobs(m, prompt, answer, temperature=1.0, pad_id=0)[0].float()
               for m in (ours, peft, full)]  # fmt: skip
+    assert products == [torch.bfloat16, torch.float32]
     error = [(lp[i] - lp[2]).abs().mean().item() for i in (0, 1)]
     assert 0 < error[0] <= 1.5 * error[1], error
     moved = []

@@ -129,19 +129,26 @@ def compute_adapters_in(model: Any, dtype: torch.dtype) -> None:
     for module in model.modules():
         if not isinstance(module, LoraLayer):
             continue
+        factors = [
+            (factors_of, name, factor)
+            for factors_of in (module.lora_A, module.lora_B)
+            for name, factor in factors_of.items()
+            if isinstance(factor, torch.nn.Linear)
+        ]
+        if len(factors) < len(module.lora_A) + len(module.lora_B):
+            continue  # e.g. a convolution's adapter: PEFT's own casts stay
         module.cast_input_dtype_enabled = False
-        for factors in (module.lora_A, module.lora_B):
-            for name, linear in list(factors.items()):
-                if type(linear) is not torch.nn.Linear or linear.weight.dtype == dtype:
-                    continue
-                cast = _CastLinear(
-                    linear.in_features, linear.out_features, bias=linear.bias is not None,
-                    device="meta",
-                )  # fmt: skip
-                cast.weight = linear.weight
-                if linear.bias is not None:
-                    cast.bias = linear.bias
-                factors[name] = cast
+        for factors_of, name, linear in factors:
+            if linear.weight.dtype == dtype:
+                continue
+            cast = _CastLinear(
+                linear.in_features, linear.out_features, bias=linear.bias is not None,
+                device="meta",
+            )  # fmt: skip
+            cast.weight = linear.weight
+            if linear.bias is not None:
+                cast.bias = linear.bias
+            factors_of[name] = cast
 
 
 def load_tokenizer(source: str) -> PreTrainedTokenizerBase:
