@@ -10,7 +10,6 @@ from typing import Any
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
-from peft.tuners.lora.layer import LoraLayer
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
@@ -104,53 +103,6 @@ def contiguous_head_input(model: Any) -> None:
         head.register_forward_pre_hook(lambda _module, args: (args[0].contiguous(), *args[1:]))
 
 
-class _CastLinear(torch.nn.Linear):
-    """A LoRA factor that keeps its weight in its own dtype (float32: the optimizer's master
-    copy) and multiplies in the dtype of its input, the weight cast on the fly (the cast is
-    differentiable, so the gradient reaches the float32 weight)."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        bias = None if self.bias is None else self.bias.to(x.dtype)
-        return torch.nn.functional.linear(x, self.weight.to(x.dtype), bias)
-
-
-def compute_adapters_in(model: Any, dtype: torch.dtype) -> None:
-    """Run a trainable model's LoRA adapters in the base model's `dtype` (bfloat16), their
-    weights kept in float32.
-
-    PEFT keeps the adapters of a bfloat16 model in float32 and casts every LoRA layer's input to
-    float32 and its output back: activation-sized copies at each of a layer's seven linear layers,
-    11–16 % of a SmolLM2 LoRA training step on an AMX CPU (`benchmarks/results/intel-amx-bf16/`),
-    and float32 products beside the base's bfloat16 ones. Here each layer takes its input as it
-    comes (PEFT's `cast_input_dtype_enabled`) and each adapter factor casts its small weight to
-    the input's dtype instead (`_CastLinear`, the same parameters, so checkpoints, state dicts and
-    the optimizer are unchanged). The adapter's product is then rounded to bfloat16 as the base
-    layer's is; the AdamW update still applies to the float32 weights (tested)."""
-    for module in model.modules():
-        if not isinstance(module, LoraLayer):
-            continue
-        factors = [
-            (factors_of, name, factor)
-            for factors_of in (module.lora_A, module.lora_B)
-            for name, factor in factors_of.items()
-            if isinstance(factor, torch.nn.Linear)
-        ]
-        if len(factors) < len(module.lora_A) + len(module.lora_B):
-            continue  # e.g. a convolution's adapter: PEFT's own casts stay
-        module.cast_input_dtype_enabled = False
-        for factors_of, name, linear in factors:
-            if linear.weight.dtype == dtype:
-                continue
-            cast = _CastLinear(
-                linear.in_features, linear.out_features, bias=linear.bias is not None,
-                device="meta",
-            )  # fmt: skip
-            cast.weight = linear.weight
-            if linear.bias is not None:
-                cast.bias = linear.bias
-            factors_of[name] = cast
-
-
 def load_tokenizer(source: str) -> PreTrainedTokenizerBase:
     """The tokenizer of `source`; an adapter saved without one uses its base model's."""
     path = resolve_source(source)
@@ -211,8 +163,6 @@ def load_model(
             )
     model.to(dev)
     model.train(trainable)
-    if trainable and torch_dtype in (torch.bfloat16, torch.float16):
-        compute_adapters_in(model, torch_dtype)
     contiguous_head_input(model)
     compute = autocast_dtype(dtype, dev)
     if compute is not None:
