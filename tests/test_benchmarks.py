@@ -278,6 +278,12 @@ def test_targets_read_another_machines_results_and_name_their_cpu(tmp_path: Path
     assert memory["measured"] == 4.0 and memory["met"] is True and memory["next_lever"] is None
     missing = rows["policy and RM update MFU (of the measured matmul peak)"]
     assert missing["measured"] is None and missing["met"] is None
+    rounds = {"ratio_without_acceptance": 1.566, "commit": "def5678"}
+    (tmp_path / "equal-work-round.json").write_text(json.dumps(rounds | {"machine": machine}))
+    rows = {row["target"]: row for row in targets.check(tmp_path)}
+    equal = rows["SmolLM2 round at equal work, speed-up over b94463e (before issue 22)"]
+    assert equal["measured"] == 1.566 and equal["met"] is False and equal["goal"] == ">= 4.0"
+    assert equal["commit"] == "def5678" and equal["next_lever"]
     # the levers written in targets.py read the default results; DIR may give its own
     assert wall["next_lever_from"] == str(targets._shown(targets.RESULTS))
     assert memory["next_lever_from"] is None  # met: no lever shown
