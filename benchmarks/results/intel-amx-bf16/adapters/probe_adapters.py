@@ -3,6 +3,9 @@
 in bfloat16 in both, steps alternated in one process. Also the log-prob gap between the arms.
 
     python probe_adapters.py THREADS STEPS ROWS PROMPT_TOKENS OUT   (responses of 32 tokens)
+
+`compute_adapters_in` was withdrawn (b3b64b7): run this on f1dcfbb's tree, the last that has it
+(`git worktree add DIR f1dcfbb`, then PYTHONPATH=DIR).
 """
 
 from __future__ import annotations
