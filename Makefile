@@ -70,8 +70,8 @@ bench: setup
 	$(BIN)/python benchmarks/orchestration.py --config configs/tiny.yaml --out benchmarks/results/orchestration-tiny.json
 	$(BIN)/python benchmarks/orchestration.py --config configs/demo.yaml --rounds 1 --out benchmarks/results/orchestration-demo.json
 	$(BIN)/python benchmarks/round_profile.py --config configs/demo.yaml --out benchmarks/results/round-profile-demo.json
-	$(BIN)/python benchmarks/trl_grpo.py --config configs/tiny.yaml --out benchmarks/results/trl-grpo.json
-	$(BIN)/python benchmarks/trl_grpo.py --config benchmarks/results/trl-grpo-demo.yaml --out benchmarks/results/trl-grpo-demo.json
+	$(BIN)/python benchmarks/trl_grpo.py --config configs/tiny.yaml --samples 160 --out benchmarks/results/trl-grpo/tiny.json
+	$(BIN)/python benchmarks/trl_grpo.py --config benchmarks/results/trl-grpo/smollm2.yaml --out benchmarks/results/trl-grpo/smollm2.json
 	$(BIN)/python benchmarks/sft_speed.py --config configs/learning-household-3000.yaml --out benchmarks/results/sft-speed.json
 	$(BIN)/python benchmarks/demo_run.py --config configs/demo.yaml --out benchmarks/results/demo-run.json
 	$(BIN)/python benchmarks/serve_load.py --out benchmarks/results/serve-load.json

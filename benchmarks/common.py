@@ -22,6 +22,11 @@ from rlanything_core.run.rundir import write_json
 REPO = Path(__file__).resolve().parent.parent
 
 
+class EqualWorkError(AssertionError):
+    """The two sides of a speed comparison were given different work: the ratio would not mean
+    what it says, so the benchmark stops instead of recording it."""
+
+
 @contextlib.contextmanager
 def isolated_workdir(prefix: str) -> Iterator[Path]:
     """A fresh temporary directory as the working directory, with its own Prefect home and

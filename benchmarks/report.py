@@ -78,20 +78,26 @@ def rows() -> list[tuple[str, str, str]]:
                     f"orchestration-{config}.json",
                 )
             )
-    for name, label in (("trl-grpo", "tiny"), ("trl-grpo-demo", "SmolLM2-135M")):
+    for name, label in (("trl-grpo/tiny", "tiny"), ("trl-grpo/smollm2", "SmolLM2-135M")):
         trl = _load(name)
         if not trl:
             continue
         ours, theirs = trl["ours"], trl["trl"]
-        weights = f", {theirs['dtype']}" if "dtype" in theirs else ""
-        weights += f", LoRA rank {theirs['lora_rank']}" if theirs.get("lora_rank") else ""
+        settings = trl["settings"]
+        weights = f", {settings['dtype']}"
+        weights += f", LoRA rank {settings['lora_rank']}" if settings["lora_rank"] else ""
+
+        def split(phases: dict[str, float]) -> str:
+            return ", ".join(f"{k} {v:.1f}" for k, v in phases.items())
+
         out.append(
             (
-                f"training step vs TRL {theirs['trl_version']} GRPOTrainer ({label}{weights})",
-                f"ours {ours['median_s']:.2f} s per round ({ours['completions_per_round'][-1]} "
-                f"completions) vs TRL {theirs['median_s']:.2f} s per step "
-                f"({theirs['completions_per_step']}): ratio **{trl['ratio_per_step']:.2f}** "
-                f"(per 1000 completions {trl['ratio_per_1000_completions']:.2f})",
+                f"training step vs TRL {theirs['trl_version']} GRPOTrainer, equal work "
+                f"({label}{weights})",
+                f"{trl['invariants']['samples_through_the_loss']} completions through the loss "
+                f"on both sides: ours {ours['median_s']:.1f} s per round "
+                f"({split(ours['median_phases_s'])}) vs TRL {theirs['median_s']:.1f} s per step "
+                f"({split(theirs['median_phases_s'])}): ratio **{trl['ratio_per_step']:.2f}**",
                 f"{name}.json",
             )
         )

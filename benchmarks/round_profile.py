@@ -15,10 +15,13 @@ Parquet I/O timed, and splits each stage's time into:
 - checkpoint_io: model and adapter loads and saves; parquet_io: dataset reads and writes;
 - other: the rest of the stage (tokenizing, sampling between decode steps, environments,
   Python).
-A forward's FLOPs are counted as 2 × parameters × tokens (padding included; attention's own
-products left out, small at these lengths). A backward computes the activations' gradients (as
-many FLOPs as its forwards) and the trainable weights' (as many again × the trainable share:
-with LoRA almost none), so it is counted as its forwards' FLOPs × (1 + trainable / parameters).
+A forward's FLOPs are counted as 2 × parameters × tokens (attention's own products left out,
+small at these lengths), twice: over every position the forward computes, padding included
+(what the machine did: `mfu`), and over real tokens only, the positions its attention mask keeps
+(the useful work: `mfu_real_tokens`); a padded batch shows the difference. A backward
+computes the activations' gradients (as many FLOPs as its forwards) and the trainable
+weights' (as many again × the trainable share: with LoRA almost none), so it is counted as its
+forwards' FLOPs × (1 + trainable / parameters).
 Achieved FLOP/s are set against the peak of dense matmuls measured in the same process and
 thread count, in float32 and in bfloat16 (`--matmul-size` square matrices), as MFU.
 
@@ -84,10 +87,13 @@ class Profile:
         self.seconds: defaultdict[tuple[str, str], float] = defaultdict(float)
         self.flops: defaultdict[tuple[str, str], float] = defaultdict(float)
         self.tokens: defaultdict[tuple[str, str], int] = defaultdict(int)
+        # the same over real tokens only (padding left out)
+        self.real_flops: defaultdict[tuple[str, str], float] = defaultdict(float)
+        self.real_tokens: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.stage_seconds: defaultdict[str, float] = defaultdict(float)
         self.stage = "outside stages"
         self._local = threading.local()  # nested calls (a save inside a save) count once
-        self._pending_backward_flops = 0.0
+        self._pending_backward_flops = self._pending_backward_real_flops = 0.0
         # Per model object, not per id(): a freed model's id can come back for another model.
         self._params: weakref.WeakKeyDictionary[Any, tuple[int, int]] = weakref.WeakKeyDictionary()
 
@@ -100,7 +106,15 @@ class Profile:
         return self._params[model]
 
     @contextlib.contextmanager
-    def timing(self, category: str, tokens: int = 0, flops: float = 0.0) -> Iterator[None]:
+    def timing(
+        self,
+        category: str,
+        tokens: int = 0,
+        flops: float = 0.0,
+        real: tuple[int, float] | None = None,
+    ) -> Iterator[None]:
+        """Time the block as `category`, with its tokens and FLOPs; `real`: (tokens, FLOPs)
+        over real tokens only, where padding was computed too (default: all of them)."""
         if getattr(self._local, "busy", False):
             yield
             return
@@ -113,6 +127,9 @@ class Profile:
             self.seconds[key] += time.perf_counter() - start
             self.tokens[key] += tokens
             self.flops[key] += flops
+            real_tokens, real_flops = real if real is not None else (tokens, flops)
+            self.real_tokens[key] += real_tokens
+            self.real_flops[key] += real_flops
             self._local.busy = False
 
     def forward(self, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -121,6 +138,14 @@ class Profile:
             tokens = int(ids.numel()) if ids is not None else 0
             total, trainable = self._parameters(model)
             flops = 2.0 * total * tokens
+            # the new positions' columns of the attention mask: 0 where a row is padded
+            mask = kwargs.get("attention_mask")
+            real_tokens = (
+                int(mask[..., -ids.shape[-1] :].sum())
+                if mask is not None and ids is not None
+                else tokens
+            )
+            real_flops = 2.0 * total * real_tokens
             # A training forward runs with gradients into trainable weights, whether or not it
             # uses a KV cache (the updates compute a micro-batch's shared prompt prefix once
             # with a cache, then each sample's rest against it); generation never does. A
@@ -129,6 +154,7 @@ class Profile:
             if torch.is_grad_enabled() and trainable:
                 category = "train_forward"
                 self._pending_backward_flops += flops * (1 + trainable / total)
+                self._pending_backward_real_flops += real_flops * (1 + trainable / total)
             elif getattr(self._local, "logprobs", False):
                 category = "logprob"
             elif (
@@ -139,7 +165,7 @@ class Profile:
                 category = "prefill"
             else:
                 category = "logprob"
-            with self.timing(category, tokens, flops):
+            with self.timing(category, tokens, flops, (real_tokens, real_flops)):
                 return original(model, *args, **kwargs)
 
         return timed
@@ -171,7 +197,8 @@ class Profile:
     def backward(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def timed(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
             flops, self._pending_backward_flops = self._pending_backward_flops, 0.0
-            with self.timing("backward", 0, flops):
+            real, self._pending_backward_real_flops = self._pending_backward_real_flops, 0.0
+            with self.timing("backward", 0, flops, (0, real)):
                 return original(tensor, *args, **kwargs)
 
         return timed
@@ -263,6 +290,10 @@ def report(profile: Profile, peaks: dict[str, float], model_dtype: str) -> dict[
                     "tokens": profile.tokens.get((stage, category), 0),
                     "gflop_per_s": round(flops / seconds / 1e9, 2),
                     "mfu": round(flops / seconds / peak, 4),
+                    "real_tokens": profile.real_tokens.get((stage, category), 0),
+                    "mfu_real_tokens": round(
+                        profile.real_flops.get((stage, category), 0.0) / seconds / peak, 4
+                    ),
                 }
             parts[category] = part
         parts["other"] = {

@@ -1,7 +1,8 @@
 """Rollout and reward-scoring throughput against a plain batched `model.generate`.
 
 Both sides decode the same prompts with the same model, batch size, sampling temperature and
-`max_new_tokens`, in the same batches. The rollout side is `rollout.play` (environment steps,
+`max_new_tokens`, in the same batches, and stop at the same tokens (the model's EOS ids). The
+rollout side is `rollout.play` (environment steps,
 prompt rendering, parsing included); the scoring side is `judging.judge` with m votes per step.
 The baseline is `transformers`' `model.generate(do_sample=True, top_k=0, top_p=1.0)` on the
 prompts they decoded. Overhead ratio = our seconds per generated token / generate's. Our side
@@ -9,6 +10,12 @@ runs three times with the same seeds: as shipped (a batch's common prompt prefix
 `decoding.LeanDecoder`'s decode step), with transformers' decode step (`lean_decoding=False`),
 and also prefilling every prompt whole (`share_prefix=False`): the speed-ups of lean decoding
 and of prefix sharing at equal work, and whether all three sampled the same tokens.
+
+Equal work, asserted at run time (`common.EqualWorkError`) and recorded under `invariants`:
+every side decodes the same prompts (`generate` is handed the prompts the rollout and the
+scoring decoded, batched as they were) with the same sampling settings and stopping, and makes
+the same number of generations; the generated tokens (up to and including EOS) of each side are
+within `TOKEN_TOLERANCE` of ours, as sampling makes them differ. Rates are per generated token.
 
     python benchmarks/throughput.py --config configs/tiny.yaml --out results.json
 """
@@ -22,7 +29,7 @@ from typing import Any
 
 import pandas as pd
 import torch
-from common import bench_config, save
+from common import EqualWorkError, bench_config, save
 
 from rlanything_core.base.schemas import rows_frame
 from rlanything_core.envs.interface import TaskRef
@@ -31,6 +38,9 @@ from rlanything_core.models.loading import load_model
 from rlanything_core.models.modelling import eos_ids
 from rlanything_core.run.judging import judge
 from rlanything_core.run.rollout import Sampling, play
+
+TOKEN_TOLERANCE = 0.1
+"""Largest relative difference of a side's generated tokens from ours."""
 
 # (share_prefix, lean_decoding) of each arm of ours
 ARMS = {"ours": (True, True), "hf_step": (True, False), "whole": (False, False)}
@@ -145,9 +155,9 @@ def measure(config_path: str, num_tasks: int, repeats: int) -> dict[str, Any]:
         _progress(which, "reward scoring, generate", jbase_s)
         if k == 0:
             continue
-        arms = _arms(timed) | {"generate": (base_s, base_tokens, len(rollouts))}
+        arms = _arms(timed) | {"generate": (base_s, base_tokens, sum(map(len, batches)))}
         rollout_runs.append((arms, same))
-        arms = _arms(judged) | {"generate": (jbase_s, jbase_tokens, len(votes))}
+        arms = _arms(judged) | {"generate": (jbase_s, jbase_tokens, sum(map(len, judge_batches)))}
         judge_runs.append((arms, jsame))
     return {
         "config": config_path,
@@ -157,8 +167,35 @@ def measure(config_path: str, num_tasks: int, repeats: int) -> dict[str, Any]:
         "rollouts_per_task": config.rollouts_per_task,
         "votes": config.reward_model.votes,
         "repeats": repeats,
-        "rollout": _summary(rollout_runs, pm.batch_size, pm.max_new_tokens),
-        "reward_scoring": _summary(judge_runs, rm.batch_size, rm.max_new_tokens),
+        "rollout": equal_work(_summary(rollout_runs, pm.batch_size, pm.max_new_tokens)),
+        "reward_scoring": equal_work(_summary(judge_runs, rm.batch_size, rm.max_new_tokens)),
+        "sampling": {"top_k": 0, "top_p": 1.0, "stop": "the model's EOS ids"},
+    }
+
+
+def equal_work(summary: dict[str, Any]) -> dict[str, Any]:
+    """`summary` with its invariants, checked: every side made as many generations as ours
+    and generated within `TOKEN_TOLERANCE` of our tokens; raises EqualWorkError otherwise."""
+    ours, generations = summary["ours_tokens"], summary["generations"]
+    sides = {"generate": "generate", "hf_step": "hf_step", "whole_prompts": "whole_prompts"}
+    for name, prefix in sides.items():
+        made = summary[f"{prefix}_generations"]
+        if made != generations:
+            raise EqualWorkError(f"{name} made {made} generations and ours {generations}")
+        tokens = summary[f"{prefix}_tokens"]
+        if abs(tokens - ours) > TOKEN_TOLERANCE * ours:
+            raise EqualWorkError(
+                f"{name} generated {tokens} tokens and ours {ours}: more than "
+                f"{TOKEN_TOLERANCE:.0%} apart, not the same work"
+            )
+    return summary | {
+        "invariants": {
+            "generations": generations,
+            "token_tolerance": TOKEN_TOLERANCE,
+            "tokens": {
+                name: summary[f"{p}_tokens"] for name, p in {"ours": "ours", **sides}.items()
+            },
+        }
     }
 
 
@@ -192,6 +229,7 @@ def _summary(runs: list[Timing], batch: int, new: int) -> dict[str, Any]:
         "generate_seconds": round(total["generate"][0], 3),
         "generate_tokens": total["generate"][1],
         "generate_tokens_per_s": round(rate["generate"], 1),
+        "generate_generations": total["generate"][2],
         # seconds per token, ours / generate's: 1.0 = no overhead, < 1 = faster than generate
         "overhead_ratio": round(rate["generate"] / rate["ours"], 3),
         # the same decoding with transformers' decode step, and that with every prompt

@@ -118,6 +118,11 @@ def test_round_profile_counts_the_updates_old_logprob_passes_as_logprob() -> Non
     # the shared prefix once (one row), then both rows' own tokens and responses
     assert profile.tokens[(key, "logprob")] == profile.tokens[(key, "train_forward")] > 0
     assert profile.tokens[(key, "logprob")] < 2 * (len(shared) + 4)
+    # MFU on real tokens leaves out the padding: one prompt and one response position of 8
+    for category in ("logprob", "train_forward"):
+        assert profile.real_tokens[(key, category)] == profile.tokens[(key, category)] - 2
+        assert profile.real_flops[(key, category)] < profile.flops[(key, category)]
+    assert 0 < profile.real_flops[(key, "backward")] < profile.flops[(key, "backward")]
 
 
 def test_learning_verdict_pairs_the_first_and_last_curve_points_by_task(tmp_path: Path) -> None:
@@ -276,12 +281,12 @@ def test_targets_read_another_machines_results_and_name_their_cpu(tmp_path: Path
     assert wall["cpu_flags"] == ["avx2", "avx512f"] and wall["commit"] == "abc1234"
     memory = rows["demo peak RSS, GB (process tree)"]
     assert memory["measured"] == 4.0 and memory["met"] is True and memory["next_lever"] is None
-    missing = rows["policy and RM update MFU (of the measured matmul peak)"]
+    missing = rows["policy and RM update MFU on real tokens (of the measured matmul peak)"]
     assert missing["measured"] is None and missing["met"] is None
     rounds = {"ratio_without_acceptance": 1.566, "commit": "def5678"}
     (tmp_path / "equal-work-round.json").write_text(json.dumps(rounds | {"machine": machine}))
     rows = {row["target"]: row for row in targets.check(tmp_path)}
-    equal = rows["SmolLM2 round at equal work, speed-up over b94463e (before issue 22)"]
+    equal = rows["SmolLM2 round at equal work, speed-up over b94463e"]
     assert equal["measured"] == 1.566 and equal["met"] is False and equal["goal"] == ">= 4.0"
     assert equal["commit"] == "def5678" and equal["next_lever"]
     # the levers written in targets.py read the default results; DIR may give its own

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
+from rlanything_core.method.losses import ppo_clip_k3_loss
 from rlanything_core.method.prompts import policy_messages
 from rlanything_core.models import default as default_model
 from rlanything_core.models import modelling
@@ -233,6 +234,92 @@ def test_one_generation_and_update_changes_parameters(lora_rank: int) -> None:
         assert all("lora" in n for n in changed)
     assert metrics["samples"] == 3 and torch.isfinite(torch.tensor(metrics["loss"]))
     assert metrics["grad_norm"] > 0
+
+
+def test_micro_batches_group_prompts_that_share_a_prefix() -> None:
+    """Rollouts of two tasks from the same states, interleaved: each micro-batch holds one
+    state's prompts, so that its shared prefix is all but their last token; every sample once,
+    none over the size; fewer positions than micro-batches of similar lengths."""
+    system = list(range(100, 140))
+    states = [[*system, 1, *range(50, 50 + k)] for k in (3, 9)]
+    states += [[*system, 2, *range(60, 60 + k)] for k in (4, 7)]
+    prompts = [states[i % 4] for i in range(16)]
+    responses = [[7] * (1 + i % 3) for i in range(16)]
+    runs = modelling.micro_batches(prompts, responses, 4)
+    assert sorted(i for run in runs for i in run) == list(range(16))
+    assert all(len(run) <= 4 for run in runs)
+    assert all(len({tuple(prompts[i]) for i in run}) == 1 for run in runs)
+
+    def positions(batches: list[list[int]]) -> int:
+        total = 0
+        for run in batches:
+            ps = [prompts[i] for i in run]
+            shared = shared_prefix_length(ps) if len(ps) > 1 else 0
+            shared = shared if shared >= MIN_SHARED_PREFIX else 0
+            width = max(map(len, ps)) - shared + max(len(responses[i]) for i in run)
+            total += shared + len(run) * width
+        return total
+
+    by_length = sorted(range(16), key=lambda i: (len(prompts[i]) + len(responses[i]), i))
+    chunks = [by_length[k : k + 4] for k in range(0, 16, 4)]
+    assert positions(runs) < 0.8 * positions(chunks)
+    assert modelling.micro_batches(prompts[:1], responses[:1], 4) == [[0]]
+
+
+@pytest.mark.parametrize("optimizer_steps", [1, 2])
+def test_the_first_mini_batch_takes_its_old_logprobs_from_its_training_forward(
+    optimizer_steps: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before the first optimizer step π_old is π_θ: the first mini-batch's old log-probs are
+    its training forward's, detached, so it needs no recompute forward (none at all with one
+    step), and the update is the one a separate recompute gives."""
+    torch.manual_seed(0)
+    model, tok = load_model("tiny", device="cpu", trainable=True, lora_rank=4)
+    out = generate(model, tok, PROMPTS, [1, 2, 3], max_new_tokens=8, temperature=1.0)
+    samples = [
+        TrainSample(g.prompt_token_ids, with_eos(g.token_ids, tok.eos_token_id), adv)
+        for g, adv in zip(out, [1.0, -1.0, 0.5], strict=True)
+    ]
+    reference = copy.deepcopy(model)
+    without_grad = []
+    original = modelling.response_logprobs
+
+    def counted(*args: object, **kwargs: object) -> tuple[torch.Tensor, torch.Tensor]:
+        without_grad.append(not torch.is_grad_enabled())
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(modelling, "response_logprobs", counted)
+    metrics = ppo_update(
+        model,
+        make_optimizer(model, lr=1e-2),
+        samples,
+        pad_id=tok.pad_token_id,
+        optimizer_steps=optimizer_steps,
+        micro_batch_size=4,
+    )
+    # one training forward a mini-batch; a recompute forward for each mini-batch after the first
+    assert without_grad.count(True) == optimizer_steps - 1
+    assert without_grad.count(False) == optimizer_steps
+    monkeypatch.setattr(modelling, "response_logprobs", original)
+    if optimizer_steps > 1:
+        return
+    assert metrics["ratio_mean"] == 1.0 and metrics["clip_fraction"] == 0.0
+    # the same step with π_old recomputed in a separate forward without gradients
+    optimizer = make_optimizer(reference, lr=1e-2)
+    prompts, responses = [s.prompt_ids for s in samples], [s.response_ids for s in samples]
+    with torch.no_grad():
+        old, _ = original(reference, prompts, responses, temperature=1.0, pad_id=tok.pad_token_id)
+    logp, mask = original(reference, prompts, responses, temperature=1.0, pad_id=tok.pad_token_id)
+    adv = torch.tensor([s.advantage for s in samples])
+    loss, _ = ppo_clip_k3_loss(logp, old, old, adv, mask, clip_eps=0.2, kl_beta=0.01)
+    loss.backward()
+    params = [p for p in reference.parameters() if p.requires_grad]
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    optimizer.step()
+    for (name, value), expected in zip(
+        _state(model).items(), _state(reference).values(), strict=True
+    ):
+        torch.testing.assert_close(value, expected, atol=1e-6, rtol=1e-5, msg=name)
 
 
 @pytest.mark.parametrize(("dtype", "bound"), [("float32", 1e-4), ("bfloat16", 0.05)])

@@ -34,6 +34,7 @@ Choices (METHOD.md §1, policy loss):
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -193,6 +194,59 @@ def shared_prefix_length(prompts: Sequence[Sequence[int]]) -> int:
     while n < limit and all(p[n] == first[n] for p in prompts):
         n += 1
     return n
+
+
+MICRO_BATCH_COST = 32
+"""What one more forward and backward costs beyond its tokens, in tokens: it keeps
+`micro_batches` from splitting work into many tiny micro-batches to save a few tokens."""
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n, limit = 0, min(len(a), len(b))
+    while n < limit and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def micro_batches(
+    prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], size: int
+) -> list[list[int]]:
+    """Split samples into micro-batches of at most `size` that put the fewest token positions
+    through `response_logprobs`: each micro-batch computes its prompts' shared prefix once (when
+    it is at least `MIN_SHARED_PREFIX` tokens) and pads the rest of every row to its longest.
+
+    Samples are ordered by their prompt's tokens, so that prompts which share a prefix (the
+    rollouts of one task from the same state, one episode's steps) sit side by side, and that
+    order is cut into runs by dynamic programming over each run's positions plus
+    `MICRO_BATCH_COST`. In that order the prefix a run shares is the least common prefix of its
+    neighbours. Returns lists of sample indices, in order.
+    """
+    order = sorted(range(len(prompts)), key=lambda i: (tuple(prompts[i]), i))
+    lcp = [_common_prefix(prompts[a], prompts[b]) for a, b in itertools.pairwise(order)]
+    n = len(order)
+    best = [0.0] + [math.inf] * n  # best[j]: the cheapest split of order[:j]
+    start = [0] * (n + 1)
+    for j in range(1, n + 1):
+        shared, prompt_width, response_width, shortest = math.inf, 0, 0, math.inf
+        for i in range(j - 1, max(j - size, 0) - 1, -1):  # the run order[i:j]
+            sample = order[i]
+            if i < j - 1:
+                shared = min(shared, lcp[i])
+            prompt_width = max(prompt_width, len(prompts[sample]))
+            response_width = max(response_width, len(responses[sample]))
+            shortest = min(shortest, len(prompts[sample]))
+            rows = j - i
+            # shared_prefix_length: short of the shortest prompt's last token
+            common = min(shared, shortest - 1) if rows > 1 else 0
+            common = common if common >= MIN_SHARED_PREFIX else 0
+            cost = common + rows * (prompt_width - common + response_width) + MICRO_BATCH_COST
+            if best[i] + cost < best[j]:
+                best[j], start[j] = best[i] + cost, i
+    runs, j = [], n
+    while j > 0:
+        runs.append(order[start[j] : j])
+        j = start[j]
+    return runs[::-1]
 
 
 def _shared_prefix(
@@ -724,11 +778,15 @@ def ppo_update(
     the gradient's size (m/√v ≈ ±1); the warmup keeps them small until the moments mean something.
 
     The loss is `ppo_clip_k3_loss` with the old log-probs as both π_old and the KL reference.
+    The first mini-batch is trained before any optimizer step, so its old log-probs are its own
+    training forward's, detached: no recompute forward for it, and none at all with one
+    optimizer step and one epoch (as TRL's GRPO does when generation and steps are aligned).
     With `reuse_sampler_logprobs` they are the samples' `old_logprobs` (the sampler's), which
-    saves the recompute forward: one forward of the update's 1 + 3·epochs; a micro-batch with a
-    sample that lacks them is recomputed. Before the first step the ratio is then exp(trainer −
-    sampler) rather than exactly 1: `sampler_logprob_gap` reports the mean |trainer − sampler|
-    over the first mini-batch's tokens (`test_sampler_logprobs_as_old_ones_bound_the_update`).
+    saves the recompute forward of the other mini-batches too: one forward of the update's
+    1 + 3·epochs; a micro-batch with a sample that lacks them is recomputed. Before the first
+    step the ratio is then exp(trainer − sampler) rather than exactly 1: `sampler_logprob_gap`
+    reports the mean |trainer − sampler| over the first mini-batch's tokens
+    (`test_sampler_logprobs_as_old_ones_bound_the_update`).
     In a `group` of processes (distributed.py) every process takes its share of each mini-batch
     and `model` is the wrapped one; the gradient is the mean over the whole mini-batch either way.
 
@@ -746,6 +804,14 @@ def ppo_update(
     # re-runs the chunk's first sample with weight 0, so that the collectives stay in step.
     plan: list[list[tuple[list[int], float]]] = []  # per mini-batch: (sample indices, weight)
     for chunk in chunks:
+        if group.world_size == 1:  # micro-batches of prompts that share the most
+            runs = micro_batches(
+                [samples[i].prompt_ids for i in chunk],
+                [samples[i].response_ids for i in chunk],
+                micro_batch_size,
+            )
+            plan.append([([chunk[i] for i in run], len(run) / len(chunk)) for run in runs])
+            continue
         # Micro-batches of similar lengths: a micro-batch pads every row to its longest.
         mine = sorted(
             group.take(chunk),
@@ -775,10 +841,14 @@ def ppo_update(
         ]
         for micros in plan
     ]
+    # The first mini-batch's are taken from its training forward (None until then).
     with torch.no_grad():
-        old = [
-            [logprobs(idx)[0] if r is None else r for (idx, _), r in zip(micros, rs, strict=True)]
-            for micros, rs in zip(plan, reused, strict=True)
+        old: list[list[torch.Tensor | None]] = [
+            [
+                r if r is not None else None if j == 0 else logprobs(idx)[0]
+                for (idx, _), r in zip(micros, rs, strict=True)
+            ]
+            for j, (micros, rs) in enumerate(zip(plan, reused, strict=True))
         ]
     # Sums of |trainer − sampler| and of tokens on the first mini-batch; samples reused.
     sampler = {"gap": 0.0, "gap_tokens": 0.0, "from_sampler": 0.0}
@@ -794,6 +864,8 @@ def ppo_update(
         for k, ((idx, weight), old_logp) in enumerate(zip(micros, old_logps, strict=True)):
             with group.accumulating(model, sync=k == len(micros) - 1):
                 logp, mask = logprobs(idx)
+                if old_logp is None:  # the first mini-batch, before any step: π_old = π_θ
+                    old_logp = old_logps[k] = logp.detach()
                 if n < steps and weight > 0 and reused[j][k] is not None:
                     sampler["from_sampler"] += len(idx)
                     if n == 0:  # before any step: the trainer's own log-probs against them
