@@ -3,9 +3,9 @@ commit's code and then with this tree's, one after the other, and each stage's s
 
 Each side runs `python -m flows.cli train --config CONFIG --run-dir DIR` in its own process
 with its code first on the path (the old commit checked out in a temporary git worktree), its
-own Prefect home, MLflow store and model cache, in the same virtual environment and on the same
-machine. The config should run one round and hold the work fixed (`rounds: 1`, fixed tasks and
-seeds); `benchmarks/results/equal-work-round/` has the demo's.
+own Prefect home and MLflow store, the same model cache, in the same virtual environment and
+on the same machine. The config should run one round and hold the work fixed (`rounds: 1`,
+fixed tasks and seeds); `benchmarks/results/equal-work-round/` has the demo's.
 
 Equal work, asserted at run time (`common.EqualWorkError`) and recorded under `invariants`: the
 two rounds played the same number of steps (rollout rows) and judged the same number of votes
@@ -50,7 +50,6 @@ def train(code: Path, config: Path, root: Path, name: str) -> tuple[Path, float,
         "PYTHONPATH": str(code),
         "PREFECT_HOME": str(root / f"prefect-{name}"),
         "MLFLOW_TRACKING_URI": f"sqlite:///{root / f'mlflow-{name}.db'}",
-        "RLANYTHING_CACHE": str(root / f"cache-{name}"),
     }
     command = [sys.executable, "-m", "flows.cli", "train", "--config", str(config)]
     log = root / f"{name}.log"
