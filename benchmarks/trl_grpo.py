@@ -106,11 +106,7 @@ def ours(config: RunConfig) -> tuple[dict[str, Any], pd.DataFrame]:
     return {
         "seconds_per_round": [round(s, 3) for s in per_round],
         "phases_per_round": phases,
-        "median_s": round(statistics.median(per_round[timed]), 3),
-        "median_phases_s": {
-            phase: round(statistics.median(p[phase] for p in phases[timed]), 3)
-            for phase in phases[0]
-        },
+        **_medians(per_round, phases),
         "generated_completions": [len(r) for r in rollouts],
         "update_samples": [int(r["policy/update_samples"]) for r in summary["rounds"]],
         "optimizer_steps_per_round": [int(r["policy/optimizer_steps"]) for r in summary["rounds"]],
@@ -119,6 +115,16 @@ def ours(config: RunConfig) -> tuple[dict[str, Any], pd.DataFrame]:
         "policy": pm.source,
         "old_logprobs": up.old_logprobs,
     }, rollouts[1]
+
+
+def _medians(seconds: list[float], phases: list[dict[str, float]]) -> dict[str, Any]:
+    """Medians of the timed rounds or steps (the first warms up): in all and by phase."""
+    return {
+        "median_s": round(statistics.median(seconds[1:]), 3),
+        "median_phases_s": {
+            phase: round(statistics.median(p[phase] for p in phases[1:]), 3) for phase in phases[0]
+        },
+    }
 
 
 def _mean_tokens(frames: list[pd.DataFrame], column: str) -> float:
@@ -262,22 +268,17 @@ def trl_steps(
         }
         for p in parts
     ]
-    timed_steps = slice(1, None)
     return {
         "trl_version": __import__("trl").__version__,
         "seconds_per_step": [round(s, 3) for s in per_step],
         "phases_per_step": phases,
-        "median_s": round(statistics.median(per_step[timed_steps]), 3),
-        "median_phases_s": {
-            phase: round(statistics.median(p[phase] for p in phases[timed_steps]), 3)
-            for phase in phases[0]
-        },
+        **_medians(per_step, phases),
         "completions_per_step": completions,
         "prompts_per_step": n_prompts,
         "optimizer_steps": optimizer_steps,
         "steps": steps,
         "mean_prompt_tokens": round(prompt_tokens, 2),
-        "mean_completion_tokens": round(statistics.mean(lengths[timed_steps] or lengths), 2),
+        "mean_completion_tokens": round(statistics.mean(lengths[1:] or lengths), 2),
         "beta": args.beta,
         "num_iterations": args.num_iterations,
         "gradient_checkpointing": args.gradient_checkpointing,
