@@ -53,7 +53,7 @@ def parts(
 def measure(config_path: str) -> dict[str, Any]:
     config = str(Path(config_path).resolve())
     with isolated_workdir("demo-run") as root:
-        command = [sys.executable, "-m", "flows.cli", "train", "--config", config]
+        command = [sys.executable, "-m", "rlanything_flows.cli", "train", "--config", config]
         command += ["--run-dir", str(root / "run")]
         start, wall = time.perf_counter(), time.time()
         process = subprocess.Popen(command, cwd=Path(__file__).resolve().parent.parent)

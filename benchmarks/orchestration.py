@@ -28,8 +28,8 @@ from typing import Any
 import pyarrow.parquet as pq
 from common import PeakRss, bench_config, isolated_workdir, save
 
-import flows.train
-from flows.tracking import Tracker
+import rlanything_flows.train
+from rlanything_flows.tracking import Tracker
 from rlanything_core.run.rundir import RunDir
 
 TIMES: defaultdict[str, list[float]] = defaultdict(list)

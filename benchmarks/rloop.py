@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 from common import bench_config, save
 
-from flows.ablate import eval_datasets, pooled_intervals, warm_started
-from flows.evaluate import SPLITS, rlanything_eval
-from flows.rloop import rlanything_rloop
-from flows.train import rlanything_train
+from rlanything_flows.ablate import eval_datasets, pooled_intervals, warm_started
+from rlanything_flows.evaluate import SPLITS, rlanything_eval
+from rlanything_flows.rloop import rlanything_rloop
+from rlanything_flows.train import rlanything_train
 from rlanything_core.run.config import RunConfig
 from rlanything_core.run.rundir import RunDir
 

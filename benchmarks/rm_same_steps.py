@@ -26,7 +26,7 @@ from typing import Any
 import pandas as pd
 from common import percent, save
 
-from flows.evaluate import judge_held_out
+from rlanything_flows.evaluate import judge_held_out
 from rlanything_core.base.schemas import read_dataset
 from rlanything_core.method.signals import (
     judge_gain,

@@ -47,7 +47,7 @@ from peft import PeftModel
 from transformers import PreTrainedModel
 from transformers.models.llama.modeling_llama import LlamaForCausalLM
 
-import flows.train
+import rlanything_flows.train
 from rlanything_core.base import failpoints
 from rlanything_core.models import modelling
 from rlanything_core.models.decoding import LeanDecoder

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from flows.evaluate import eval_tasks
+from rlanything_flows.evaluate import eval_tasks
 from rlanything_core.envs.demos import TextGame
 from rlanything_core.envs.household.world import HouseholdEpisode
 from rlanything_core.envs.interface import TaskSpec

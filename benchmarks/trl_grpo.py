@@ -44,7 +44,7 @@ import pandas as pd
 from common import EqualWorkError, bench_config, isolated_workdir, save
 from orchestration import TIMES, instrumented, round_seconds
 
-import flows.train
+import rlanything_flows.train
 from rlanything_core.base.schemas import read_dataset
 from rlanything_core.method.parsing import parse_action
 from rlanything_core.models.devices import resolve_dtype

@@ -44,7 +44,7 @@ import torch
 from prefect import flow, task
 from prefect.task_runners import ProcessPoolTaskRunner
 
-from flows.evaluate import (
+from rlanything_flows.evaluate import (
     SPLITS,
     held_out_digest,
     judge_held_out,
@@ -52,8 +52,8 @@ from flows.evaluate import (
     reward_model_metrics,
     rlanything_eval,
 )
-from flows.tracking import plot_heldout, plot_rows
-from flows.train import rlanything_train
+from rlanything_flows.tracking import plot_heldout, plot_rows
+from rlanything_flows.train import rlanything_train
 from rlanything_core.base.atomic import atomic_path
 from rlanything_core.base.host import machine
 from rlanything_core.base.schemas import read_dataset, write_dataset
@@ -62,9 +62,9 @@ from rlanything_core.method.signals import judge_gain, task_key
 from rlanything_core.method.stats import CI_SUFFIXES, as_metrics, paired_difference
 from rlanything_core.run.config import Mode, RunConfig
 from rlanything_core.run.rundir import WARM_START, RunDir, write_json
-from tasks.common import run_stage
-from tasks.stages import warm_start
-from tasks.warm_start import warm_start_roles
+from rlanything_tasks.common import run_stage
+from rlanything_tasks.stages import warm_start
+from rlanything_tasks.warm_start import warm_start_roles
 
 
 @dataclass(frozen=True)
@@ -291,8 +291,8 @@ def train_cell(config: RunConfig, run_dir: str, threads: int, row: str) -> None:
     evaluations also run side by side rather than one after another in the parent."""
     # Imported here: the process pool pickles this function by value, and a flow pickled with it
     # would lose its module's names (the parameter types Prefect validates against).
-    from flows.ablate import ROWS, Cell, _evaluated, start_judged
-    from flows.train import rlanything_train as train
+    from rlanything_flows.ablate import ROWS, Cell, _evaluated, start_judged
+    from rlanything_flows.train import rlanything_train as train
 
     torch.set_num_threads(threads)
     train(config=config, run_dir=run_dir)
@@ -305,7 +305,7 @@ def train_cell(config: RunConfig, run_dir: str, threads: int, row: str) -> None:
 def warm_start_part(config: RunConfig, run_dir: str, role: str, threads: int) -> None:
     """One role's warm start in a worker process with `threads` torch threads
     (`tasks.warm_start.warm_start_role`), recorded in the run's warm_start/<role>.json."""
-    from tasks.warm_start import warm_start_role  # by value in the pool, as `train_cell`
+    from rlanything_tasks.warm_start import warm_start_role  # by value in the pool, as `train_cell`
 
     torch.set_num_threads(threads)
     warm_start_role(config, RunDir(Path(run_dir)), role)

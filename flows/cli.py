@@ -238,7 +238,7 @@ def _eval(args: argparse.Namespace) -> int:
     from rlanything_core.run.config import load_config
 
     _prefect_defaults()
-    from flows.evaluate import rlanything_eval
+    from rlanything_flows.evaluate import rlanything_eval
 
     metrics = rlanything_eval(
         config=load_config(args.config),
@@ -266,7 +266,7 @@ def _ablate(args: argparse.Namespace) -> int:
     if args.rounds is not None:
         config = config.model_copy(update={"rounds": args.rounds})
     _prefect_defaults()
-    from flows.ablate import rlanything_ablate
+    from rlanything_flows.ablate import rlanything_ablate
 
     rows = args.rows.split(",") if args.rows else None
     rlanything_ablate(
@@ -288,7 +288,7 @@ def _rloop(args: argparse.Namespace) -> int:
         )
     run_dir = args.run_dir or f"runs/{Path(args.config).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     _prefect_defaults()
-    from flows.rloop import rlanything_rloop
+    from rlanything_flows.rloop import rlanything_rloop
 
     start = time.perf_counter()
     summary = rlanything_rloop(config=config, run_dir=run_dir)
@@ -431,7 +431,7 @@ def _run(config: Any, run_dir: str) -> int:
     _prefect_defaults()
     from prefect.logging.configuration import setup_logging
 
-    from flows.train import rlanything_train
+    from rlanything_flows.train import rlanything_train
     from rlanything_core.base.paths import data_root
 
     stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"

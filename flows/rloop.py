@@ -22,16 +22,16 @@ from typing import Any
 from prefect import flow
 from prefect.runtime import flow_run
 
-from flows.ablate import warm_started
-from flows.evaluate import rlanything_eval
-from flows.tracking import Tracker
-from flows.train import train_rounds
+from rlanything_flows.ablate import warm_started
+from rlanything_flows.evaluate import rlanything_eval
+from rlanything_flows.tracking import Tracker
+from rlanything_flows.train import train_rounds
 from rlanything_core.base.schemas import read_dataset, write_dataset
 from rlanything_core.base.seeding import derive_seed
 from rlanything_core.run.config import RunConfig
 from rlanything_core.run.rundir import EXPLOITATION, RunDir, write_json
-from tasks.common import StageChain
-from tasks.rloop import EXPLOITATION_STAGES
+from rlanything_tasks.common import StageChain
+from rlanything_tasks.rloop import EXPLOITATION_STAGES
 
 
 @flow(name="rlanything-rloop")

@@ -12,11 +12,11 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from rlanything_core.base.schemas import read_dataset
 from rlanything_core.run.config import RunConfig
 from rlanything_core.run.rundir import RunDir
-from tasks.adaptation import acceptance_check, task_rewriting
-from tasks.advantages import advantage_computation
-from tasks.common import StageChain
-from tasks.scoring import reward_scoring, rollout
-from tasks.updates import policy_update, rm_update
+from rlanything_tasks.adaptation import acceptance_check, task_rewriting
+from rlanything_tasks.advantages import advantage_computation
+from rlanything_tasks.common import StageChain
+from rlanything_tasks.scoring import reward_scoring, rollout
+from rlanything_tasks.updates import policy_update, rm_update
 
 SUMMARY_METRICS = (
     "policy/accuracy",

@@ -18,9 +18,9 @@ from rlanything_core.run.adapting import (
 from rlanything_core.run.config import RunConfig
 from rlanything_core.run.pool import next_pool, task_refs
 from rlanything_core.run.rundir import Inputs, RunDir
-from tasks.common import stage_task
-from tasks.playing import Metrics, Outputs, play_policy
-from tasks.scoring import round_tasks
+from rlanything_tasks.common import stage_task
+from rlanything_tasks.playing import Metrics, Outputs, play_policy
+from rlanything_tasks.scoring import round_tasks
 
 
 @stage_task("task-rewriting")

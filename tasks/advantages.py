@@ -7,8 +7,8 @@ import pandas as pd
 from rlanything_core.method.signals import policy_samples, rm_samples, test_samples, verdict_matrix
 from rlanything_core.run.config import RunConfig
 from rlanything_core.run.rundir import Inputs, RunDir
-from tasks.common import stage_task
-from tasks.playing import Metrics, Outputs
+from rlanything_tasks.common import stage_task
+from rlanything_tasks.playing import Metrics, Outputs
 
 
 @stage_task("advantage-computation")

@@ -20,7 +20,7 @@ from rlanything_core.run.config import PolicyConfig, RunConfig
 from rlanything_core.run.judging import judge
 from rlanything_core.run.rollout import Sampling, Screens, play
 from rlanything_core.run.rundir import RunDir
-from tasks.common import progress, retry_if_transient
+from rlanything_tasks.common import progress, retry_if_transient
 
 Outputs = dict[str, str]
 Metrics = dict[str, float]

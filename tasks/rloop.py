@@ -16,7 +16,7 @@ from rlanything_core.models.modelling import with_eos
 from rlanything_core.models.training import sft_finetune
 from rlanything_core.run.config import RunConfig
 from rlanything_core.run.rundir import EXPLOITATION, Inputs, RunDir
-from tasks.common import progress, stage_task
+from rlanything_tasks.common import progress, stage_task
 
 Outputs = dict[str, str]
 Metrics = dict[str, float]

@@ -9,8 +9,8 @@ from rlanything_core.models.engines import open_engine
 from rlanything_core.run.config import RunConfig
 from rlanything_core.run.pool import round_batch
 from rlanything_core.run.rundir import Inputs, RunDir
-from tasks.common import stage_task
-from tasks.playing import Metrics, Outputs, judge_steps, play_policy, unit_test_votes
+from rlanything_tasks.common import stage_task
+from rlanything_tasks.playing import Metrics, Outputs, judge_steps, play_policy, unit_test_votes
 
 
 def round_tasks(config: RunConfig, pool: pd.DataFrame, r: int) -> list[TaskRef]:

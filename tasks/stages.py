@@ -7,11 +7,11 @@ and write their (empty) datasets, so every round has the same files.
 
 from __future__ import annotations
 
-from tasks.adaptation import acceptance_check, task_rewriting
-from tasks.advantages import advantage_computation
-from tasks.scoring import reward_scoring, rollout
-from tasks.updates import policy_update, rm_update
-from tasks.warm_start import warm_start
+from rlanything_tasks.adaptation import acceptance_check, task_rewriting
+from rlanything_tasks.advantages import advantage_computation
+from rlanything_tasks.scoring import reward_scoring, rollout
+from rlanything_tasks.updates import policy_update, rm_update
+from rlanything_tasks.warm_start import warm_start
 
 STAGES = (
     rollout,

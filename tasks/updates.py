@@ -10,8 +10,8 @@ from rlanything_core.models.config import ModelConfig, UpdateConfig
 from rlanything_core.models.training import rl_update, select_samples
 from rlanything_core.run.config import RunConfig
 from rlanything_core.run.rundir import Inputs, RunDir
-from tasks.common import progress, stage_task
-from tasks.playing import Metrics, Outputs
+from rlanything_tasks.common import progress, stage_task
+from rlanything_tasks.playing import Metrics, Outputs
 
 
 def _update(

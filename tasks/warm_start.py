@@ -14,8 +14,8 @@ from rlanything_core.models.training import sft_finetune
 from rlanything_core.run.config import RunConfig
 from rlanything_core.run.rundir import Inputs, RunDir, write_json
 from rlanything_core.run.warm_start import sft_rows, warm_start_demos
-from tasks.common import progress, stage_task
-from tasks.playing import Metrics, Outputs
+from rlanything_tasks.common import progress, stage_task
+from rlanything_tasks.playing import Metrics, Outputs
 
 
 @stage_task("warm-start")

@@ -11,8 +11,8 @@ import torch
 from prefect.client.orchestration import get_client
 from safetensors.torch import load_file
 
-import tasks.stages
-from flows.evaluate import rlanything_eval
+import rlanything_tasks.stages
+from rlanything_flows.evaluate import rlanything_eval
 from rlanything_core.base.schemas import SCHEMAS, read_dataset
 from rlanything_core.run.config import RunConfig, load_config
 from rlanything_core.run.rundir import RunDir

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.cli import main, prefect_ui_hint
+from rlanything_flows.cli import main, prefect_ui_hint
 
 
 def test_bad_config_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -35,7 +35,7 @@ def test_a_failing_run_prints_one_error_line_and_keeps_the_traceback_in_a_log(
     file, exit code 2; the tracebacks (Prefect's included) are in that file, not on screen."""
     import re
 
-    import tasks.updates
+    import rlanything_tasks.updates
 
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("boom: a bug in the update")
@@ -98,7 +98,7 @@ def _point(step: int, acc: float, low: float, high: float, rm: float) -> dict[st
 def test_a_run_with_a_learning_curve_prints_before_and_after() -> None:
     from rich.console import Console
 
-    from flows.cli import held_out_tables
+    from rlanything_flows.cli import held_out_tables
 
     assert held_out_tables({"eval": [_point(0, 0.2, 0.1, 0.3, 0.5)]}) == []  # no After yet
     summary = {
@@ -139,7 +139,7 @@ def test_an_rm_answering_the_majority_verdict_is_not_called_a_gain() -> None:
     import numpy as np
     from rich.console import Console
 
-    from flows.cli import held_out_tables
+    from rlanything_flows.cli import held_out_tables
     from rlanything_core.method.stats import accuracy, majority_baseline
 
     positive = np.array([True] * 18 + [False] * 87)

@@ -129,7 +129,7 @@ def test_an_update_on_cuda_moves_the_policy_as_on_the_cpu(tmp_path: Path) -> Non
 def test_two_rounds_of_the_tiny_config_train_on_cuda(tmp_path: Path) -> None:
     """configs/tiny.yaml with every model on the GPU: both rounds finish every stage on it, and
     the policy's and the RM's checkpoints move from where they started and load on a CPU."""
-    from flows.train import rlanything_train
+    from rlanything_flows.train import rlanything_train
 
     data = load_config(ROOT / "configs" / "tiny.yaml").model_dump()
     for role in ("policy", "reward_model", "env_model"):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flows.train import pick_config, rlanything_train
+from rlanything_flows.train import pick_config, rlanything_train
 from rlanything_core.run.config import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -43,7 +43,7 @@ def test_a_busy_run_directory_is_refused_with_the_holders_pid_and_host(tmp_path:
         with busy, RunDir(root).exclusive():
             pass
         assert time.monotonic() - started < 5  # at once, no waiting
-        from flows.cli import main
+        from rlanything_flows.cli import main
 
         code = main(["train", "--config", "configs/tiny.yaml", "--run-dir", str(root)])
         assert code == 2 and not (root / "round_000").exists()  # nothing written

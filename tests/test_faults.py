@@ -31,7 +31,7 @@ import torch
 from mlflow.tracking import MlflowClient
 from safetensors.torch import load_file
 
-import tasks.stages
+import rlanything_tasks.stages
 from rlanything_core.base.schemas import read_dataset
 from rlanything_core.models.checkpoints import OPTIMIZER_STATE, save_checkpoint
 from rlanything_core.models.loading import load_model, resolve_source
@@ -98,7 +98,7 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str
 
 
 def _command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "flows.cli", *args]
+    return [sys.executable, "-m", "rlanything_flows.cli", *args]
 
 
 def _launch(
@@ -544,7 +544,7 @@ def test_processes_that_open_a_new_sqlite_store_at_once_all_succeed(tmp_path: Pa
     (MLflow's schema migrations break each other without the lock in `open_experiment`)."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     code = (
-        "import sys; from flows.tracking import open_experiment; "
+        "import sys; from rlanything_flows.tracking import open_experiment; "
         "print(open_experiment(sys.argv[1], 'side-by-side'))"
     )
     procs = [

@@ -28,10 +28,10 @@ from mlflow.exceptions import MlflowException
 from prefect.client.orchestration import get_client
 from safetensors.torch import load_file
 
-import tasks.playing
-import tasks.stages
-import tasks.updates
-from flows.ablate import (
+import rlanything_tasks.playing
+import rlanything_tasks.stages
+import rlanything_tasks.updates
+from rlanything_flows.ablate import (
     ROWS,
     _current,
     _row_config,
@@ -39,8 +39,8 @@ from flows.ablate import (
     share_start,
     warm_started,
 )
-from flows.evaluate import SPLITS, held_out_digest, rlanything_eval
-from flows.train import rlanything_train
+from rlanything_flows.evaluate import SPLITS, held_out_digest, rlanything_eval
+from rlanything_flows.train import rlanything_train
 from rlanything_core.base.schemas import read_dataset
 from rlanything_core.method.signals import judge_gain, judge_metrics, outcome_verdicts
 from rlanything_core.models.loading import resolve_source
@@ -479,7 +479,7 @@ def test_an_ablation_row_has_one_colour_in_every_plot(
     drawn (the held-out and per-round plots)."""
     import matplotlib.pyplot as plt
 
-    from flows import tracking
+    from rlanything_flows import tracking
 
     drawn: dict[str, dict[str, str]] = {}
 

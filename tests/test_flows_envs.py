@@ -24,8 +24,8 @@ from flow_helpers import (
 )
 from prefect.client.orchestration import get_client
 
-from flows.evaluate import rlanything_eval
-from flows.train import rlanything_train
+from rlanything_flows.evaluate import rlanything_eval
+from rlanything_flows.train import rlanything_train
 from rlanything_core.base.schemas import read_dataset
 from rlanything_core.models.config import EngineConfig
 from rlanything_core.models.loading import resolve_source
@@ -181,7 +181,7 @@ def test_rloop_two_cycles_end_to_end(tmp_path: Path) -> None:
     """configs/rloop-tiny.yaml through the CLI: 2 cycles of 2 rounds, each followed by the three
     exploitation stages; the expert set is the successful steps of hard tasks; the refined policy
     starts the next cycle; Prefect and MLflow show every phase under its name."""
-    from flows.cli import main
+    from rlanything_flows.cli import main
     from rlanything_core.method.rloop import expert_steps
 
     root = tmp_path / "rloop"
@@ -385,7 +385,7 @@ def test_mlflow_artifacts_never_land_in_the_working_directory(
 ) -> None:
     """A new experiment of a local store keeps its artifacts in $RLANYTHING_DATA/mlartifacts (or
     where `tracking.artifact_location` says), whatever directory the process runs in."""
-    from flows.tracking import open_experiment
+    from rlanything_flows.tracking import open_experiment
 
     work = tmp_path / "worker-cwd"
     work.mkdir()
@@ -409,7 +409,7 @@ def test_mlflow_artifacts_never_land_in_the_working_directory(
 
 
 def test_rewrite_table_names_the_changed_fields_and_keys_are_valid() -> None:
-    from flows.round import artifact_slug, spec_changes
+    from rlanything_flows.round import artifact_slug, spec_changes
 
     before = '{"goal_type": "put", "num_rooms": 1, "max_steps": 12}'
     after = '{"goal_type": "put", "num_rooms": 2, "max_steps": 14}'

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.cli import main
+from rlanything_flows.cli import main
 from rlanything_core import sandbox
 from rlanything_core.sandbox import Limits, SandboxError, run_python
 

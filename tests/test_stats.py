@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from flows.ablate import (
+from rlanything_flows.ablate import (
     ROWS,
     _markdown,
     _metrics,
@@ -19,7 +19,7 @@ from flows.ablate import (
     pooled_curves,
     pooled_intervals,
 )
-from flows.evaluate import SPLITS
+from rlanything_flows.evaluate import SPLITS
 from rlanything_core.method.stats import (
     Z,
     accuracy,

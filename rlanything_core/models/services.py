@@ -55,7 +55,7 @@ def vllm_command(
 def serve_command(model: str, port: int, *, name: str, device: str = "auto") -> list[str]:
     """`rlanything serve` with this interpreter."""
     return [
-        sys.executable, "-m", "flows.cli", "serve", "--model", model, "--port", str(port),
+        sys.executable, "-m", "rlanything_flows.cli", "serve", "--model", model, "--port", str(port),
         "--name", name, "--device", device,
     ]  # fmt: skip
 

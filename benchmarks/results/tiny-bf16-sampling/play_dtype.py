@@ -16,7 +16,7 @@ from rlanything_core.envs.interface import TaskRef
 from rlanything_core.models.engines import HFEngine
 from rlanything_core.models.loading import load_model
 from rlanything_core.run.config import load_config
-from tasks.playing import judge_steps, play_tasks
+from rlanything_tasks.playing import judge_steps, play_tasks
 
 
 def main() -> None:

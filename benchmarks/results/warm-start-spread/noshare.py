@@ -5,7 +5,7 @@ import functools
 import sys
 
 import rlanything_core.models.sft as sft
-from flows.cli import main
+from rlanything_flows.cli import main
 
 sft.response_logprobs = functools.partial(sft.response_logprobs, share_prefix=False)
 sys.exit(main())

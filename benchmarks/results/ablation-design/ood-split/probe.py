@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from flows.evaluate import rlanything_eval
+from rlanything_flows.evaluate import rlanything_eval
 from rlanything_core.envs.household.world import _ID_TARGETS
 from rlanything_core.run.config import load_config
 

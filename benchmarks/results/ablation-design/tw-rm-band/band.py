@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 import yaml
 
-from flows.ablate import warm_started
-from flows.evaluate import judge_held_out
+from rlanything_flows.ablate import warm_started
+from rlanything_flows.evaluate import judge_held_out
 from rlanything_core.base.atomic import atomic_path
 from rlanything_core.base.schemas import read_dataset
 from rlanything_core.method.signals import judge_metrics, outcome_verdicts, verdict_matrix
@@ -110,7 +110,7 @@ def train(out: Path, episodes: int, rounds: int = 8) -> None:
             time.sleep(10)
         log(f"start seed {seed}: {run_dir}")
         with (out / f"ws{episodes}-seed{seed}.log").open("wb") as sink:
-            cmd = [PY, "-m", "flows.cli", "train", "--config", str(path), "--run-dir", str(run_dir)]
+            cmd = [PY, "-m", "rlanything_flows.cli", "train", "--config", str(path), "--run-dir", str(run_dir)]
             procs.append((seed, subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT)))
     for seed, p in procs:
         if p.wait() != 0:

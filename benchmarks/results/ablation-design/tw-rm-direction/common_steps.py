@@ -20,7 +20,7 @@ from typing import Any
 
 from common import save
 
-from flows.evaluate import judge_held_out
+from rlanything_flows.evaluate import judge_held_out
 from rlanything_core.base.schemas import read_dataset
 from rlanything_core.method.signals import judge_gain, judge_metrics, verdict_matrix
 from rlanything_core.run.config import load_config

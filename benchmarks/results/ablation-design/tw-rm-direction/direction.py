@@ -32,8 +32,8 @@ from pathlib import Path
 
 import torch
 
-from flows.ablate import warm_started
-from flows.evaluate import eval_tasks
+from rlanything_flows.ablate import warm_started
+from rlanything_flows.evaluate import eval_tasks
 from rlanything_core.base.atomic import atomic_path
 from rlanything_core.run.config import RunConfig, dump_config, load_config
 from rlanything_core.run.rundir import RunDir
@@ -123,7 +123,7 @@ def train(out: Path, jobs: list[str], rounds: int) -> None:
             time.sleep(10)
         log(f"start {name}: {run_dir}")
         with (out / f"{name}.log").open("wb") as sink:
-            cmd = [PY, "-m", "flows.cli", "train", "--config", str(path), "--run-dir", str(run_dir)]
+            cmd = [PY, "-m", "rlanything_flows.cli", "train", "--config", str(path), "--run-dir", str(run_dir)]
             running.append(
                 (name, run_dir, subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT))
             )

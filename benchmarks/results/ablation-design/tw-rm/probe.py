@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 import yaml
 
-from flows.ablate import warm_started
-from flows.evaluate import eval_tasks
+from rlanything_flows.ablate import warm_started
+from rlanything_flows.evaluate import eval_tasks
 from rlanything_core.run.config import RunConfig, load_config
 from rlanything_core.run.rundir import RunDir
 
@@ -118,7 +118,7 @@ def main() -> None:
 
 
 def _train(config: Path, run_dir: Path) -> list[str]:
-    return [PY, "-m", "flows.cli", "train", "--config", str(config), "--run-dir", str(run_dir)]
+    return [PY, "-m", "rlanything_flows.cli", "train", "--config", str(config), "--run-dir", str(run_dir)]
 
 
 def warm_only(config_path: str, out: str) -> None:

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from flows.ablate import warm_started
+from rlanything_flows.ablate import warm_started
 from rlanything_core.run.config import dump_config, load_config
 from rlanything_core.run.rundir import RunDir
 
@@ -39,7 +39,7 @@ def main() -> None:
         path = out / f"{name}.yaml"
         path.write_text(dump_config(started.model_copy(update={"reward_model": rm})))
         log = (out / f"{name}.log").open("w")
-        command = [sys.executable, "-m", "flows.cli", "train", "--config", str(path)]
+        command = [sys.executable, "-m", "rlanything_flows.cli", "train", "--config", str(path)]
         command += ["--run-dir", str(out / name)]
         environment = {**os.environ, "OMP_NUM_THREADS": "1"}
         procs.append(
