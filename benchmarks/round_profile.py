@@ -135,6 +135,7 @@ class Profile:
     def forward(self, original: Callable[..., Any]) -> Callable[..., Any]:
         def timed(model: Any, *args: Any, **kwargs: Any) -> Any:
             ids = kwargs.get("input_ids", args[0] if args else None)
+            cache = kwargs.get("cache", kwargs.get("past_key_values"))  # renamed in transformers 5
             tokens = int(ids.numel()) if ids is not None else 0
             total, trainable = self._parameters(model)
             flops = 2.0 * total * tokens
@@ -157,11 +158,9 @@ class Profile:
                 self._pending_backward_real_flops += real_flops * (1 + trainable / total)
             elif getattr(self._local, "logprobs", False):
                 category = "logprob"
-            elif (
-                kwargs.get("past_key_values") is not None and ids is not None and ids.shape[-1] == 1
-            ):
+            elif cache is not None and ids is not None and ids.shape[-1] == 1:
                 category = "decode"
-            elif kwargs.get("use_cache") or kwargs.get("past_key_values") is not None:
+            elif kwargs.get("use_cache") or cache is not None:
                 category = "prefill"
             else:
                 category = "logprob"
@@ -323,7 +322,7 @@ def main() -> None:
     profile = Profile()
     with isolated_workdir("profile") as root, PeakRss() as rss, patched(profile):
         start = time.perf_counter()
-        flows.train.rlanything_train(config=config, run_dir=str(root / "run"))
+        rlanything_flows.train.rlanything_train(config=config, run_dir=str(root / "run"))
         wall = time.perf_counter() - start
         summary = json.loads((root / "run" / "summary.json").read_text())
     save(

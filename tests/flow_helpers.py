@@ -12,13 +12,13 @@ from prefect.client.orchestration import get_client
 from safetensors.torch import load_file
 
 import rlanything_tasks.stages
-from rlanything_flows.evaluate import rlanything_eval
 from rlanything_core.base.schemas import SCHEMAS, read_dataset
 from rlanything_core.run.config import RunConfig, load_config
 from rlanything_core.run.rundir import RunDir
+from rlanything_flows.evaluate import rlanything_eval
 
 ROOT = Path(__file__).resolve().parents[1]
-STAGES = [t.name for t in tasks.stages.STAGES]
+STAGES = [t.name for t in rlanything_tasks.stages.STAGES]
 ROUND_FILES = [n for n in SCHEMAS if n not in ("sft_samples", "expert_set")]
 
 

@@ -23,6 +23,7 @@ import round_profile
 import targets
 
 from rlanything_core.base.schemas import rows_frame, write_dataset
+from rlanything_core.models.modelling import CACHE_ARG
 
 
 def _llama() -> LlamaForCausalLM:
@@ -51,12 +52,12 @@ def test_round_profile_tells_a_training_forward_with_a_cache_from_a_prefill() ->
     with round_profile.patched(profile):
         with torch.no_grad():
             cache = model(input_ids=ids, use_cache=True).past_key_values
-            model(input_ids=ids[:, -1:], past_key_values=cache, use_cache=True)
+            model(input_ids=ids[:, -1:], **{CACHE_ARG: cache}, use_cache=True)
             model(input_ids=ids, use_cache=False)
         # as `modelling._shared_prefix`: the prefix once, on one row, its cache copied to both
         cache = model(input_ids=ids[:1, :4], use_cache=True).past_key_values
         cache.reorder_cache(torch.zeros(2, dtype=torch.long))
-        rest = model(input_ids=ids[:, 4:], past_key_values=cache, use_cache=False)
+        rest = model(input_ids=ids[:, 4:], **{CACHE_ARG: cache}, use_cache=False)
         rest.logits.sum().backward()
     key = "outside stages"
     assert profile.tokens[(key, "prefill")] == 12

@@ -40,7 +40,7 @@ def test_a_failing_run_prints_one_error_line_and_keeps_the_traceback_in_a_log(
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("boom: a bug in the update")
 
-    monkeypatch.setattr(tasks.updates, "rl_update", broken)
+    monkeypatch.setattr(rlanything_tasks.updates, "rl_update", broken)
     root = Path(__file__).resolve().parents[1]
     args = ["train", "--config", str(root / "configs" / "tiny.yaml"), "--rounds", "1"]
     assert main([*args, "--run-dir", str(tmp_path / "run")]) == 2
@@ -139,8 +139,8 @@ def test_an_rm_answering_the_majority_verdict_is_not_called_a_gain() -> None:
     import numpy as np
     from rich.console import Console
 
-    from rlanything_flows.cli import held_out_tables
     from rlanything_core.method.stats import accuracy, majority_baseline
+    from rlanything_flows.cli import held_out_tables
 
     positive = np.array([True] * 18 + [False] * 87)
     task = np.arange(105) % 16

@@ -360,9 +360,9 @@ def test_sandbox_level_used_by_the_runner_is_recorded() -> None:
 
 
 def test_humaneval_export_feeds_a_pool(tmp_path: Path) -> None:
-    from rlanything_flows.cli import main
     from rlanything_core.run.config import parse_config
     from rlanything_core.run.pool import initial_pool, task_refs
+    from rlanything_flows.cli import main
 
     out = tmp_path / "humaneval.parquet"
     assert main(["humaneval", "--out", str(out)]) == 0

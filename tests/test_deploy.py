@@ -1,7 +1,7 @@
-"""The README's deploy sequence, run as written on a copy of the clone: a real Prefect server, the
-deployment from deployments/prefect.yaml, a process worker, and two runs of the training
-deployment with a config file. Both train a run directory of their own, and the nightly schedule
-creates flow runs."""
+"""The Prefect guide's deploy sequence (docs/guides/prefect.md), run as written on a copy of
+the clone: a real Prefect server, the deployment from deployments/prefect.yaml, a process worker,
+and two runs of the training deployment with a config file. Both train a run directory of their
+own, and the nightly schedule creates flow runs."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import mlflow
+import pytest
 import yaml
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (
@@ -33,10 +34,16 @@ from rlanything_core.models.services import free_port
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- deploy-sequence -->", "<!-- /deploy-sequence -->"
 
+# A real Prefect server, worker and deployment runs: in `make test`, not in `make test-fast`.
+pytestmark = pytest.mark.slow
 
-def readme_sequence() -> str:
-    """The bash lines between the README's deploy-sequence markers."""
-    text = (ROOT / "README.md").read_text()
+
+GUIDE = ROOT / "docs" / "guides" / "prefect.md"
+
+
+def guide_sequence() -> str:
+    """The bash lines between the Prefect guide's deploy-sequence markers."""
+    text = GUIDE.read_text()
     block = text[text.index(BEGIN) + len(BEGIN) : text.index(END)]
     (code,) = re.findall(r"```bash\n(.*?)```", block, flags=re.S)
     return code
@@ -58,10 +65,10 @@ def clone_copy(dest: Path) -> Path:
     return dest
 
 
-def test_readme_deploy_sequence_trains_twice_and_schedules(tmp_path: Path) -> None:
+def test_guide_deploy_sequence_trains_twice_and_schedules(tmp_path: Path) -> None:
     clone = clone_copy(tmp_path / "clone")
     port = free_port()
-    script = readme_sequence().replace("4200", str(port))
+    script = guide_sequence().replace("4200", str(port))
     assert "RLANYTHING_REPO" not in script and "--all" not in script
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_"))} | {
         "PREFECT_HOME": str(tmp_path / "prefect-home"),

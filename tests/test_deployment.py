@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlanything_flows.train import pick_config, rlanything_train
 from rlanything_core.run.config import ConfigError, load_config
+from rlanything_flows.train import pick_config, rlanything_train
 
 ROOT = Path(__file__).resolve().parents[1]
 

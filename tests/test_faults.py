@@ -41,7 +41,7 @@ from rlanything_core.run.rundir import RunDir, RunDirError
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "tests" / "data" / "faults.yaml"  # configs/tiny.yaml with three warm starts
-STAGES = [t.name for t in tasks.stages.STAGES]
+STAGES = [t.name for t in rlanything_tasks.stages.STAGES]
 MLFLOW_POINTS = ["mlflow-metrics", "mlflow-dataset", "mlflow-checkpoint", "mlflow-artifact"]
 # Where the chain kills, in the order a run gets there: each warm start once its checkpoint is
 # written, every stage of both rounds once its first output is, and round 0's MLflow logging
@@ -95,6 +95,10 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str
     server.url = f"http://127.0.0.1:{port}/api"
     with server:
         yield env
+
+
+# Real processes against a Prefect server: in `make test`, not in `make test-fast`.
+pytestmark = pytest.mark.slow
 
 
 def _command(*args: str) -> list[str]:

@@ -31,6 +31,11 @@ from safetensors.torch import load_file
 import rlanything_tasks.playing
 import rlanything_tasks.stages
 import rlanything_tasks.updates
+from rlanything_core.base.schemas import read_dataset
+from rlanything_core.method.signals import judge_gain, judge_metrics, outcome_verdicts
+from rlanything_core.models.loading import resolve_source
+from rlanything_core.run.config import RunConfig, load_config
+from rlanything_core.run.rundir import RunDir
 from rlanything_flows.ablate import (
     ROWS,
     _current,
@@ -41,13 +46,9 @@ from rlanything_flows.ablate import (
 )
 from rlanything_flows.evaluate import SPLITS, held_out_digest, rlanything_eval
 from rlanything_flows.train import rlanything_train
-from rlanything_core.base.schemas import read_dataset
-from rlanything_core.method.signals import judge_gain, judge_metrics, outcome_verdicts
-from rlanything_core.models.loading import resolve_source
-from rlanything_core.run.config import RunConfig, load_config
-from rlanything_core.run.rundir import RunDir
 
-pytestmark = pytest.mark.usefixtures("prefect_harness")
+# End-to-end flows: the whole suite (`make test`), not the quick tier (`make test-fast`).
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
 
 def _artifact_keys(flow_run_id: Any) -> set[str]:
@@ -206,7 +207,7 @@ def test_two_rounds_end_to_end(tmp_path: Path) -> None:
 
 
 def test_transient_failure_is_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = tasks.playing.judge
+    real = rlanything_tasks.playing.judge
     calls = {"n": 0}
 
     def flaky(*args: Any, **kwargs: Any) -> Any:
@@ -215,7 +216,7 @@ def test_transient_failure_is_retried(tmp_path: Path, monkeypatch: pytest.Monkey
             raise ConnectionError("reward model endpoint went away")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(tasks.playing, "judge", flaky)
+    monkeypatch.setattr(rlanything_tasks.playing, "judge", flaky)
     run = RunDir(tmp_path / "run")
     summary = rlanything_train(config=tiny(rounds=1), run_dir=str(run.root))
     assert calls["n"] == 2
@@ -263,7 +264,7 @@ def test_each_flow_run_trains_its_own_run_dir_and_a_finished_one_says_so(tmp_pat
 def test_deterministic_failure_is_not_retried_and_resume_redoes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = tasks.updates.rl_update
+    real = rlanything_tasks.updates.rl_update
     calls = {"n": 0}
 
     def broken(source: str, *args: Any, **kwargs: Any) -> Any:
@@ -272,7 +273,7 @@ def test_deterministic_failure_is_not_retried_and_resume_redoes_nothing(
             raise ValueError("a bug in user code")
         return real(source, *args, **kwargs)
 
-    monkeypatch.setattr(tasks.updates, "rl_update", broken)
+    monkeypatch.setattr(rlanything_tasks.updates, "rl_update", broken)
     run = RunDir(tmp_path / "run")
     config = tiny(rounds=2)
     with pytest.raises(ValueError, match="a bug in user code"):
@@ -289,7 +290,7 @@ def test_deterministic_failure_is_not_retried_and_resume_redoes_nothing(
     }
     rollouts = run.dataset(1, "rollouts").stat().st_mtime_ns
 
-    monkeypatch.setattr(tasks.updates, "rl_update", real)
+    monkeypatch.setattr(rlanything_tasks.updates, "rl_update", real)
     summary = rlanything_train(config=config, run_dir=str(run.root))
     assert [r["round"] for r in summary["rounds"]] == [0, 1]
     for (r, s), text in done.items():
@@ -315,7 +316,7 @@ def test_warm_start_fine_tunes_each_enabled_model(tmp_path: Path) -> None:
     data["env_model"] |= {"warm_start": ws, "lora_rank": 4}
     config = RunConfig.model_validate(data)
     run = RunDir(tmp_path / "run")
-    record = tasks.stages.warm_start.fn(config, str(run.root), -1)
+    record = rlanything_tasks.stages.warm_start.fn(config, str(run.root), -1)
 
     assert set(record["outputs"]) == {
         "policy_sft", "policy_checkpoint", "env_model_sft", "env_model_checkpoint",
@@ -338,7 +339,7 @@ def test_warm_start_fine_tunes_each_enabled_model(tmp_path: Path) -> None:
     (run.root / "warm_start" / "env_model.json").unlink()
     run.marker(-1, "warm-start").unlink()  # the stage stopped before its end
     mtime = run.warm_start_checkpoint("policy").stat().st_mtime_ns
-    again = tasks.stages.warm_start.fn(config, str(run.root), -1)
+    again = rlanything_tasks.stages.warm_start.fn(config, str(run.root), -1)
     assert again["metrics"] == record["metrics"]
     assert run.warm_start_checkpoint("policy").stat().st_mtime_ns == mtime
     assert (run.root / "warm_start" / "env_model.json").is_file()

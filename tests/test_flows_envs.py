@@ -24,16 +24,17 @@ from flow_helpers import (
 )
 from prefect.client.orchestration import get_client
 
-from rlanything_flows.evaluate import rlanything_eval
-from rlanything_flows.train import rlanything_train
 from rlanything_core.base.schemas import read_dataset
 from rlanything_core.models.config import EngineConfig
 from rlanything_core.models.loading import resolve_source
 from rlanything_core.models.services import Service, free_port, serve_command
 from rlanything_core.run.config import RunConfig, load_config
 from rlanything_core.run.rundir import RunDir
+from rlanything_flows.evaluate import rlanything_eval
+from rlanything_flows.train import rlanything_train
 
-pytestmark = pytest.mark.usefixtures("prefect_harness")
+# End-to-end flows: the whole suite (`make test`), not the quick tier (`make test-fast`).
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
 
 
 def test_coding_two_rounds_with_unit_test_reward_model(tmp_path: Path) -> None:
@@ -181,8 +182,8 @@ def test_rloop_two_cycles_end_to_end(tmp_path: Path) -> None:
     """configs/rloop-tiny.yaml through the CLI: 2 cycles of 2 rounds, each followed by the three
     exploitation stages; the expert set is the successful steps of hard tasks; the refined policy
     starts the next cycle; Prefect and MLflow show every phase under its name."""
-    from rlanything_flows.cli import main
     from rlanything_core.method.rloop import expert_steps
+    from rlanything_flows.cli import main
 
     root = tmp_path / "rloop"
     config = load_config(ROOT / "configs" / "rloop-tiny.yaml")

@@ -12,7 +12,6 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
-from rlanything_flows.evaluate import policy_metrics, reward_model_metrics
 from rlanything_core.base.schemas import SCHEMAS, read_dataset, rows_frame, to_table, write_dataset
 from rlanything_core.envs.household.world import build_world, parse_spec, plan
 from rlanything_core.envs.interface import make_environment
@@ -27,6 +26,7 @@ from rlanything_core.run.config import (
 from rlanything_core.run.pool import batch_positions, initial_pool, next_pool, round_batch
 from rlanything_core.run.rundir import RunDir
 from rlanything_core.run.warm_start import warm_start_demos
+from rlanything_flows.evaluate import policy_metrics, reward_model_metrics
 from rlanything_tasks.common import progress as progress_bar
 from rlanything_tasks.stages import advantage_computation
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from rlanything_flows.cli import main
 from rlanything_core import sandbox
 from rlanything_core.sandbox import Limits, SandboxError, run_python
+from rlanything_flows.cli import main
 
 LEVEL = sandbox.isolation_level()
 FAST = Limits(timeout_s=6, cpu_s=2, memory_mb=512, processes=16, file_size_mb=4)

@@ -9,6 +9,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from rlanything_core.method.stats import (
+    Z,
+    accuracy,
+    as_metrics,
+    balanced_accuracy,
+    balanced_accuracy_difference,
+    majority_baseline,
+    paired_difference,
+    ratio,
+)
 from rlanything_flows.ablate import (
     ROWS,
     _markdown,
@@ -20,16 +30,6 @@ from rlanything_flows.ablate import (
     pooled_intervals,
 )
 from rlanything_flows.evaluate import SPLITS
-from rlanything_core.method.stats import (
-    Z,
-    accuracy,
-    as_metrics,
-    balanced_accuracy,
-    balanced_accuracy_difference,
-    majority_baseline,
-    paired_difference,
-    ratio,
-)
 
 
 def test_accuracy_interval_clustered_by_task_by_hand() -> None:

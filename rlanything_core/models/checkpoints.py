@@ -15,6 +15,7 @@ from transformers import PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from rlanything_core.base.atomic import atomic_dir
+from rlanything_core.models.devices import no_weight_bars
 
 CHECKPOINT_META = "rlanything_checkpoint.json"
 
@@ -38,7 +39,7 @@ def save_checkpoint(
     all or nothing. A failed write (safetensors reports I/O errors as its own exception) raises
     CheckpointWriteError with the operating system's error number."""
     try:
-        with atomic_dir(path) as tmp:
+        with atomic_dir(path) as tmp, no_weight_bars():
             model.save_pretrained(tmp, safe_serialization=True)
             tokenizer.save_pretrained(tmp)
             if optimizer is not None:

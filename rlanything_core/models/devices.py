@@ -3,9 +3,26 @@ only where the CPU computes it natively)."""
 
 from __future__ import annotations
 
+import contextlib
 import warnings
+from collections.abc import Iterator
 
 import torch
+
+
+@contextlib.contextmanager
+def no_weight_bars() -> Iterator[None]:
+    """transformers' "Loading weights" and "Writing model shards" bars off while a checkpoint is
+    loaded or saved (a run's own progress lines report its stages), and back as they were after."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
 
 
 def pick_device(device: str = "auto") -> torch.device:

@@ -19,7 +19,12 @@ from rlanything_core.models.default import (
     ModelNotFoundError,
     ensure_default_model,
 )
-from rlanything_core.models.devices import autocast_dtype, pick_device, resolve_dtype
+from rlanything_core.models.devices import (
+    autocast_dtype,
+    no_weight_bars,
+    pick_device,
+    resolve_dtype,
+)
 
 
 def resolve_source(source: str) -> str:
@@ -145,11 +150,15 @@ def load_model(
     adapter_cfg = Path(path) / "adapter_config.json"
     if adapter_cfg.is_file():
         base_source = json.loads(adapter_cfg.read_text())["base_model_name_or_path"]
-        base = AutoModelForCausalLM.from_pretrained(resolve_source(base_source), dtype=torch_dtype)
-        peft_model = PeftModel.from_pretrained(base, path, is_trainable=trainable)
+        with no_weight_bars():
+            base = AutoModelForCausalLM.from_pretrained(
+                resolve_source(base_source), dtype=torch_dtype
+            )
+            peft_model = PeftModel.from_pretrained(base, path, is_trainable=trainable)
         model: Any = peft_model if trainable else peft_model.merge_and_unload()
     else:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+        with no_weight_bars():
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
         if trainable and lora_rank > 0:
             model = get_peft_model(
                 model,

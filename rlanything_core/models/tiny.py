@@ -22,6 +22,7 @@ from rlanything_core.envs.interface import Role, WarmStart
 from rlanything_core.envs.textworld import game as textworld_env
 from rlanything_core.method.prompts import JUDGE_SYSTEM, POLICY_SYSTEM
 from rlanything_core.models.default import CHATML_TEMPLATE
+from rlanything_core.models.devices import no_weight_bars
 from rlanything_core.models.sft import finetune_and_save, tokenize_demos
 
 SPECIAL_TOKENS = ["<|im_start|>", "<|im_end|>"]
@@ -112,7 +113,7 @@ def build_tiny_model(
     )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
-    with atomic_dir(path) as tmp:
+    with atomic_dir(path) as tmp, no_weight_bars():
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
     return Path(path)
@@ -174,7 +175,8 @@ def ensure_warm_tiny_model(kind: str, seed: int = 0) -> Path:
         demos = warm_start_demos(kind, seed)
         source = ensure_tiny_model(seed)
         seed_everything(derive_seed(seed, "sft") % (1 << 32))
-        model = LlamaForCausalLM.from_pretrained(source, dtype=torch.float32)
+        with no_weight_bars():
+            model = LlamaForCausalLM.from_pretrained(source, dtype=torch.float32)
         model.train()
         tokenizer = PreTrainedTokenizerFast.from_pretrained(source)
         finetune_and_save(
