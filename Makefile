@@ -13,16 +13,16 @@ export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
 
 setup: $(STAMP) sandbox-tools browser
 
-# bubblewrap gives the code sandbox its strongest isolation (README "Sandbox"). Installed with apt
-# when we are root; without it the sandbox falls back to unshare or rlimits and says so.
+# bubblewrap gives the code sandbox its strongest isolation (docs/guides/sandbox.md). Installed
+# with apt when we are root; without it the sandbox falls back to unshare or rlimits and says so.
 sandbox-tools:
 	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	  { apt-get install -y -qq bubblewrap >/dev/null 2>&1 || \
 	    { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap >/dev/null 2>&1; }; }; } || \
-	  echo "bubblewrap is not installed: the code sandbox runs with less isolation (README, Sandbox)"
+	  echo "bubblewrap is not installed: the sandbox runs with less isolation (docs/guides/sandbox.md)"
 
-# GUI tasks drive Debian's Chromium through Playwright (README "GUI agent"); installed with apt
-# when we are root. Playwright never downloads a browser here.
+# GUI tasks drive Debian's Chromium through Playwright (docs/environments/gui.md); installed with
+# apt when we are root. Playwright never downloads a browser here.
 CHROMIUM ?= /usr/bin/chromium
 browser:
 	@test -x $(CHROMIUM) || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
@@ -96,7 +96,8 @@ bench: setup
 	$(BIN)/python benchmarks/serve_load.py --model embedded:smollm2-135m-instruct --out $(BENCH_OUT)/serve-load-smollm2.json
 	$(BIN)/python benchmarks/targets.py --results $(BENCH_OUT) --out $(BENCH_OUT)/targets-demo.json
 
-# The paper's ablation at CPU scale (7 rows x 3 seeds: Table 1's five, Step-only, Anchor-state); see README "Ablation".
+# The paper's ablation at CPU scale (7 rows x 3 seeds: Table 1's five, Step-only, Anchor-state);
+# see docs/results.md.
 ablation: setup
 	$(BIN)/rlanything ablate --config configs/ablation-household.yaml --seeds 3 --workers 2 --out runs/ablation
 

@@ -75,7 +75,7 @@ def _option_row(action: argparse.Action) -> str:
 
 def _command_section(parser: argparse.ArgumentParser, path: list[str], help_line: str) -> list[str]:
     """The page section of one command (and, recursively, its subcommands)."""
-    lines = [f"{'#' * min(len(path) + 1, 4)} `{' '.join(path)}`", ""]
+    lines = [f"{'#' * min(len(path), 4)} `{' '.join(path)}`", ""]
     about = parser.description or help_line
     if about:
         lines += [about.strip(), ""]
@@ -253,6 +253,11 @@ def stale_pages() -> list[Path]:
     ]
 
 
+def _shown_path(path: Path) -> Path:
+    """`path` relative to the repository where it is inside it."""
+    return path.relative_to(DOCS.parent) if path.is_relative_to(DOCS.parent) else path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Write the generated reference pages.")
     parser.add_argument(
@@ -266,14 +271,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         stale = stale_pages()
         for path in stale:
-            print(f"{path.relative_to(DOCS.parent)} is stale: run python docs/generate.py")
+            print(f"{_shown_path(path)} is stale: run python docs/generate.py")
         return 1 if stale else 0
     for path, make in PAGES.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(make(), encoding="utf-8")
         tmp.replace(path)
-        print(f"wrote {path.relative_to(DOCS.parent)}")
+        print(f"wrote {_shown_path(path)}")
     return 0
 
 

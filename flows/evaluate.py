@@ -21,7 +21,6 @@ import numpy as np
 import pandas as pd
 from prefect import flow
 
-from rlanything_flows.tracking import log_evaluation
 from rlanything_core.base.schemas import read_dataset, rows_frame, write_dataset
 from rlanything_core.base.seeding import derive_seed
 from rlanything_core.envs.interface import TaskRef
@@ -37,6 +36,7 @@ from rlanything_core.method.stats import accuracy, as_metrics
 from rlanything_core.models.engines import open_engine
 from rlanything_core.run.config import RunConfig
 from rlanything_core.run.rundir import write_json
+from rlanything_flows.tracking import log_evaluation
 from rlanything_tasks.playing import judge_steps, play_tasks, unit_test_votes
 
 SPLITS = ("id", "ood")

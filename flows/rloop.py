@@ -1,4 +1,5 @@
-"""`rlanything-rloop`: RLoop (METHOD.md, "RLoop"), cycles of exploration and exploitation.
+"""`rlanything-rloop`: RLoop (Zeng et al., arXiv 2511.04285), cycles of exploration and
+exploitation.
 
 Cycle c, in `<run_dir>/cycle_NNN/` (a run directory of its own):
 1. exploration: `rloop.rounds_per_cycle` ordinary rounds of the config's mode, each the
@@ -22,14 +23,14 @@ from typing import Any
 from prefect import flow
 from prefect.runtime import flow_run
 
-from rlanything_flows.ablate import warm_started
-from rlanything_flows.evaluate import rlanything_eval
-from rlanything_flows.tracking import Tracker
-from rlanything_flows.train import train_rounds
 from rlanything_core.base.schemas import read_dataset, write_dataset
 from rlanything_core.base.seeding import derive_seed
 from rlanything_core.run.config import RunConfig
 from rlanything_core.run.rundir import EXPLOITATION, RunDir, write_json
+from rlanything_flows.ablate import warm_started
+from rlanything_flows.evaluate import rlanything_eval
+from rlanything_flows.tracking import Tracker
+from rlanything_flows.train import train_rounds
 from rlanything_tasks.common import StageChain
 from rlanything_tasks.rloop import EXPLOITATION_STAGES
 

@@ -28,13 +28,13 @@ from prefect.client.schemas.objects import StateType
 from prefect.runtime import flow_run
 from prefect.states import Completed, Crashed
 
-from rlanything_flows.evaluate import rlanything_eval
-from rlanything_flows.round import rlanything_round
-from rlanything_flows.tracking import Tracker
 from rlanything_core.base.schemas import write_dataset
 from rlanything_core.run.config import ConfigError, RunConfig, load_config
 from rlanything_core.run.pool import initial_pool
 from rlanything_core.run.rundir import WARM_START, RunDir, write_json
+from rlanything_flows.evaluate import rlanything_eval
+from rlanything_flows.round import rlanything_round
+from rlanything_flows.tracking import Tracker
 from rlanything_tasks.common import run_stage
 from rlanything_tasks.stages import warm_start
 

@@ -1,5 +1,5 @@
 """Run untrusted Python (policy programs, generated tests) so that it cannot harm the run or the
-machine. The reference implementation runs model-written code with no sandbox at all; we do not.
+machine. The reference implementation runs model-written code with no sandbox at all.
 
 Every run gets, at every isolation level:
 1. a process of its own session (process group), killed as a whole at the wall-clock timeout;

@@ -1,5 +1,5 @@
 """Stages 6 and 7: the environment model rewrites tasks out of the band; the acceptance check
-plays the valid candidates and writes the next pool (METHOD.md §3)."""
+plays the valid candidates and writes the next pool (`rlanything_core.method.adaptation`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""RLoop's exploitation stages (METHOD.md, "RLoop"), as Prefect tasks after a cycle's rounds:
+"""RLoop's exploitation stages (arXiv 2511.04285), as Prefect tasks after a cycle's rounds:
 harvest-trajectories → build-expert-set → sft-update. They pass Parquet files in the cycle's
 `exploitation/` directory and resume by their markers, like the round's stages.
 """

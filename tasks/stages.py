@@ -1,4 +1,13 @@
-"""The seven stages of one RLAnything round, as Prefect tasks (METHOD.md, "One round, in order").
+"""The seven stages of one RLAnything round (arXiv 2602.02488), as Prefect tasks, in order:
+
+1. rollout: the policy plays every active task G times → trajectories with outcomes;
+2. reward scoring: the reward model judges every step m times → verdicts with reasoning;
+3. advantage computation: integrated feedback and advantages for the policy, consistency rewards
+   and advantages for the reward model, task accuracies;
+4. policy update → a new policy checkpoint;
+5. reward-model update → a new reward-model checkpoint;
+6. task rewriting: the environment model proposes q' for tasks out of the accuracy band;
+7. acceptance check: roll out q' (and q, same checkpoint), accept or reject, write the next pool.
 
 Each is thin: read the round's Parquet files, call `rlanything_core`, write Parquet (atomically,
 schema-checked), return paths and metrics. Stages switched off by the config's `mode` still run

@@ -1,11 +1,12 @@
 """The documentation is tested: generated reference pages match the code, every config file the
 README and docs name loads, and every code block marked runnable runs as written.
 
-A block is runnable when the line before its fence is `<!-- runnable -->`. Bash blocks run with
-`bash -eu` in a scratch directory that sees the repository's configs/, examples/ and benchmarks/
-(so what they write, runs/ and mlflow.db, stays out of the checkout), with the virtualenv's
-`rlanything` first on PATH; Python blocks run in a fresh interpreter there. Runnable blocks are
-kept to tiny configs so that this costs a few minutes, not the length of a real run.
+A block is runnable when the line before its fence is `<!-- runnable -->`. The marked blocks run
+one after another, in the order a reader meets them (the README, then the site's pages in the
+order of mkdocs.yml's nav), in one scratch directory that sees the repository's configs/,
+examples/ and benchmarks/: a later block may read what an earlier one wrote (runs/tiny), and
+nothing lands in the checkout. Bash blocks run with `bash -eu` and the virtualenv's `rlanything`
+first on PATH; Python blocks in a fresh interpreter. Runnable blocks stay at tiny scale.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import pytest
 from rlanything_core.run.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
+NAV = re.findall(r":\s*([\w/-]+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(), flags=re.M)
+PAGES = [ROOT / "README.md", *(ROOT / "docs" / page for page in NAV if page != "records/README.md")]
 MARK = "<!-- runnable -->"
 FENCE = re.compile(r"^```(\w+)[^\n]*\n(.*?)^```", re.S | re.M)
 CONFIG_PATH = re.compile(
@@ -77,12 +79,13 @@ def test_runnable_blocks_are_found() -> None:
     assert runnable_blocks(), f"no block in the docs is marked {MARK}"
 
 
+def test_every_page_is_in_the_nav() -> None:
+    pages = {p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md")}
+    assert pages == set(NAV) - {"records/README.md"}, "a page is missing from mkdocs.yml's nav"
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("where", "language", "code"),
-    [pytest.param(*block, id=block[0]) for block in runnable_blocks()],
-)
-def test_runnable_block(where: str, language: str, code: str, tmp_path: Path) -> None:
+def test_runnable_blocks_run_in_reading_order(tmp_path: Path) -> None:
     for name in ("configs", "examples", "benchmarks"):
         (tmp_path / name).symlink_to(ROOT / name, target_is_directory=True)
     env = os.environ | {
@@ -90,13 +93,15 @@ def test_runnable_block(where: str, language: str, code: str, tmp_path: Path) ->
         "PREFECT_HOME": str(tmp_path / "prefect-home"),
         "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
     }
-    if language == "bash":
-        command = ["bash", "-euc", code]
-    elif language == "python":
-        command = [sys.executable, "-c", code]
-    else:
-        pytest.fail(f"{where}: a runnable block must be bash or python, not {language}")
-    done = subprocess.run(
-        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
-    )
-    assert done.returncode == 0, f"{where} failed ({done.returncode}):\n{done.stderr[-3000:]}"
+    for where, language, code in runnable_blocks():
+        if language == "bash":
+            command = ["bash", "-euc", code]
+        elif language == "python":
+            command = [sys.executable, "-c", code]
+        else:
+            pytest.fail(f"{where}: a runnable block must be bash or python, not {language}")
+        done = subprocess.run(
+            command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+        )
+        output = (done.stdout + done.stderr)[-3000:]
+        assert done.returncode == 0, f"{where} failed ({done.returncode}):\n{output}"

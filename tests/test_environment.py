@@ -100,7 +100,7 @@ def test_importing_the_core_loads_no_orchestration() -> None:
 
 
 LAYERS = {"base": 0, "sandbox": 0, "method": 1, "envs": 2, "models": 3, "run": 4}
-"""rlanything_core's packages, each importing only from lower ones (README "Code layout")."""
+"""rlanything_core's packages, each importing only from lower ones (docs/concepts.md)."""
 
 
 def _core_imports() -> dict[str, set[str]]:
@@ -138,7 +138,7 @@ def test_core_packages_import_only_downward() -> None:
         return LAYERS[parts[1]] if len(parts) > 1 else -1  # the package's own __init__
 
     upward = [(m, i) for m, imps in graph.items() for i in imps if layer(i) > layer(m) >= 0]
-    assert not upward, f"imports up the layers (README 'Code layout'): {upward}"
+    assert not upward, f"imports up the layers (docs/concepts.md, 'Code layout'): {upward}"
     # No circle of modules, lazy imports included: depth-first search for a back edge.
     state: dict[str, int] = {}
 

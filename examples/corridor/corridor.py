@@ -2,7 +2,7 @@
 
 The agent stands on one cell of a corridor and answers \\boxed{left} or \\boxed{right} until it
 reaches the door's cell or runs out of steps. Longer corridors and fewer spare steps are harder.
-Train it (README "Your own environment"):
+Train it (docs/own-environment.md):
 
     rlanything train --config examples/corridor/config.yaml --run-dir runs/corridor
 """

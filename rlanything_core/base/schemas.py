@@ -2,7 +2,8 @@
 
 Every row carries provenance: the round, the environment task (id and version), the rollout and
 step it came from, the seed that produced it and the checkpoint that produced it. Users read these
-files with pandas; the column names are part of the public interface (README, "Run directory").
+files with pandas; the column names are part of the public interface (listed in
+docs/reference/run-directory.md).
 """
 
 from __future__ import annotations

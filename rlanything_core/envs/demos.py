@@ -202,8 +202,8 @@ def demo_critique(accuracy: float, verdicts: Sequence[int]) -> str:
     """What a critique demonstration answers and its rewrite demonstration carries: the outcome
     the critique prompt reports, then whether any reviewer verdict it quotes rejects a step
     (nothing more without quotes). Plain words with no digits or braces: a critique that reads
-    like JSON is copied into the rewrite's answer (probe ev-i, benchmarks/results/
-    rewrite-validity)."""
+    like JSON is copied into the rewrite's answer
+    (benchmarks/results/rewrite-validity/README.md)."""
     outcome = (
         "The agent solves this task easily." if accuracy >= 0.5 else "The agent fails this task."
     )

@@ -1,4 +1,4 @@
-"""The one interface between the training loop and an environment (README "Your own environment").
+"""The one interface between the training loop and an environment (docs/own-environment.md).
 
 An environment is a class derived from `Environment`. The loop never looks inside a task spec and
 never branches on an environment's name: it generates, validates, plays, judges and rewrites tasks
@@ -119,7 +119,7 @@ class WarmStart:
 class NoOptions(BaseModel):
     """An environment without options: `environment.options` must be empty."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
 
 OptionsT = TypeVar("OptionsT", bound=BaseModel)
@@ -193,7 +193,8 @@ class Environment(ABC, Generic[OptionsT]):
         source: CritiqueSource,
         examples: int,
     ) -> Messages:
-        """The prompt to summarize what makes `spec` hard or easy (METHOD.md §3)."""
+        """The prompt to summarize what makes `spec` hard or easy: the critique the environment
+        model rewrites `spec` from (the paper's adaptation from critic feedback)."""
         return critique_prompt(
             self.designer_system, spec.goal_text, accuracy, judgments, rollouts, source, examples
         )

@@ -1,4 +1,5 @@
-"""Environment adaptation: critiques, rewrite proposals and their validation (METHOD.md §3).
+"""Environment adaptation: critiques, rewrite proposals and their validation (RLAnything, arXiv
+2602.02488, adaptation from critic feedback).
 
 For a task q whose accuracy left (α_low, α_high):
 1. critique: the environment model summarizes the reward model's reasoning on q's steps (paper);

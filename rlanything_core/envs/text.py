@@ -36,19 +36,20 @@ from rlanything_core.method.prompts import (
 class TextOptions(BaseModel):
     """`environment.options` of a text environment."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     step_slack: int = Field(6, ge=0)
     """Each generated task allows the expert's plan (textworld: the walkthrough) length plus this
-    many steps (the step limit)."""
+    many steps (≥ 0; the step limit): room to recover from a wrong step."""
     history_steps: int = Field(2, ge=0)
-    """Previous (action, observation) pairs shown in the policy's and the RM's prompts."""
+    """Previous (action, observation) pairs shown in the policy's and the RM's prompts (≥ 0;
+    0 = none, the shortest prompts)."""
     action_format: Literal["number", "text"] = "number"
     """How the policy names its action in \\boxed{}. "number": the action's number in the
     prompt's numbered list (\\boxed{3}). "text": the action itself, copied from an unnumbered
     list (\\boxed{go to shelf 1}), as verl-agent's ALFWorld prompts ask. A small model learns to
     copy a name from its prompt far more easily than to find the name's line and give its
-    number (README "Learning benchmark"). Give text answers room in
+    number (benchmarks/results/learning/README.md). Give text answers room in
     `policy.model.max_new_tokens`."""
 
 

@@ -1,8 +1,10 @@
-"""Environment adaptation: which tasks to rewrite, and which rewrites to accept (METHOD.md §3).
+"""Environment adaptation: which tasks to rewrite, and which rewrites to accept (RLAnything,
+arXiv 2602.02488, environment adaptation from critic feedback).
 
-After a round, a task q whose accuracy leaves (α_low, α_high) is rewritten by the environment
-model: too easy → harder, too hard → easier. A candidate q' is rolled out G times and accepted
-only if its accuracy moved in the asked direction without leaving the band.
+After a round, a task q whose accuracy leaves (α_low, α_high), the paper's (0.2, 0.8), is
+rewritten by the environment model: too easy → harder, too hard → easier. A candidate q' is
+rolled out G times and accepted only if its accuracy moved in the asked direction without
+leaving the band.
 
 Departures from the paper, each a setting:
 1. `bounds="strict"` (default) is the paper's rule: harder needs α_low < acc(q') < acc(q), easier

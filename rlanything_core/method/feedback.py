@@ -1,16 +1,29 @@
-"""Rewards and advantages of RLAnything (METHOD.md §1 and §2).
+"""Rewards and advantages of RLAnything (arXiv 2602.02488): integrated feedback for the policy,
+consistency feedback for the reward model.
 
-The policy's *integrated feedback* mixes the episode outcome with the reward model's step verdicts;
-the reward model's *consistency feedback* rewards each vote that agrees in sign with that signal.
-Both are standardized within groups (GRPO style, no critic).
+The policy's *integrated feedback* mixes the episode outcome O_τ ∈ {+1, −1} with the reward model's
+m step verdicts S_{τ_i,j} ∈ {+1, −1}:
+
+    R_{τ_i} = O_τ + λ · (1/m) Σ_j S_{τ_i,j}            (λ = 1 by default)
+
+and its advantage standardizes R over the rollouts of the same task at the same step index i
+(GRPO style, no critic; population std, ε = 1e-6; a group whose std is ≤ 1e-8 gets 0):
+
+    A_{τ_i} = (R_{τ_i} − mean) / (std + ε)   over { R_{τ'_i} : τ' ~ π(·|q), τ' has a step i }
+
+The reward model's *consistency feedback* rewards each vote that agrees in sign with that signal,
+
+    R_{S_{τ_i,j}} = R_{τ_i} · S_{τ_i,j}
+
+standardized over the m votes of the same (task, rollout, step).
 
 Departures from the paper, each a setting (paper text is silent on them):
 1. A verdict that could not be parsed counts as S = 0 in the policy's mean over the m votes (the
    reference code's behaviour), and gets a fixed penalty as a reward-model sample (reference: −2).
 2. A step-index group with one member keeps its raw R (`singleton="raw"`, the reference code) or
    gets 0 (`singleton="zero"`).
-3. Besides the paper's per-(task, step index) baseline we offer a task-level baseline over all steps
-   of all rollouts of a task: the per-step one depends on when each rollout stopped
+3. Besides the paper's per-(task, step index) baseline, a task-level baseline over all steps of
+   all rollouts of a task: the per-step one depends on when each rollout stopped
    (verl RFC #7244).
 4. Anchor-state groups (`state_advantages`): the step-index group is replaced by the steps taken
    from the same environment state, the step-level grouping of GiGPO (arXiv 2505.10978).
@@ -30,7 +43,7 @@ import numpy.typing as npt
 Singleton = Literal["raw", "zero"]
 
 EPS = 1e-6
-"""ε added to the population std when standardizing (METHOD.md, golden vectors)."""
+"""ε added to the population std when standardizing: A = (R − mean) / (std + ε)."""
 ZERO_STD = 1e-8
 """A group whose population std is at most this gets advantage 0 (no signal to learn from)."""
 
@@ -191,7 +204,8 @@ def unit_test_rewards(
     valid_tests: npt.ArrayLike,
     invalid_penalty: float,
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]] | None:
-    """Rewards of the T tests the reward model wrote for one task (unit-test mode, METHOD.md §2).
+    """Rewards of the T tests the reward model wrote for one task (unit-test mode: the reward model
+    writes tests, as the reference code does for coding).
 
     With C the correct programs (they pass every ground-truth test) and W the others, test k is
     correct when every program of C passes it, and
@@ -199,9 +213,9 @@ def unit_test_rewards(
         r_k = + |{w ∈ W : w fails k}|   if k is correct,
         r_k = − |{w ∈ W : w passes k}|  otherwise,
         r_k = ±1                         when W is empty (the sign as above),
-        r_k = invalid_penalty            when k could not be parsed (our choice: §2's penalty
-                                         for an unparsable verdict; the reference code makes such
-                                         a test fail every program).
+        r_k = invalid_penalty            when k could not be parsed (a choice of this project:
+                                         the penalty of an unparsable verdict; the reference
+                                         code makes such a test fail every program).
 
     Args:
         passes: (P, T) bool, program p passes test k (ignored for invalid tests).

@@ -1,4 +1,5 @@
-"""Token-level PPO-clip loss with the k3 KL estimator (METHOD.md §1, policy loss).
+"""Token-level PPO-clip loss with the k3 KL estimator: the policy loss of RLAnything (arXiv
+2602.02488) and its reference code.
 
 GRPO-style, no critic. The same loss trains the policy and the reward model (on its own prompts
 and responses). For a sample with advantage A and response tokens t:
@@ -12,8 +13,8 @@ Choices, as in the reference code unless noted:
 1. Per-sample token mean, then mean over samples (not a global token mean).
 2. ε = 0.2, β = 0.01.
 3. π_ref is whatever the caller passes. The trainer passes the policy loaded at the start of the
-   update (the same log-probs as π_old), as in the worked example in shared/golden; the KL then
-   keeps the update close to its starting point and needs no extra model in memory.
+   update (the same log-probs as π_old); the KL then keeps the update close to its starting
+   point and needs no extra model in memory.
 """
 
 from __future__ import annotations

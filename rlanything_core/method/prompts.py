@@ -82,7 +82,9 @@ def judge_messages(
     action: str | None,
     next_observation: str,
 ) -> Messages:
-    """The reward model's prompt for one step of one trajectory (METHOD.md §2, judge prompt)."""
+    """The reward model's prompt for one step of one trajectory (the paper's judge prompt): the
+    task, the history, the agent's response and action, and the observations around it; the
+    judge answers +1 or −1 in \\boxed{}."""
     lines = [f"Task: {goal}."]
     if history:
         lines.append("History:")

@@ -1,4 +1,4 @@
-"""RLoop's exploitation (METHOD.md, "RLoop"): the expert set of a cycle, and pass@k.
+"""RLoop's exploitation (Zeng et al., arXiv 2511.04285): the expert set of a cycle, and pass@k.
 
 A cycle's harvest is the rollouts of some of its exploration rounds (several intermediate
 checkpoints). The expert set keeps the steps of successful episodes (outcome +1) of hard tasks,

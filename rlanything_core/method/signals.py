@@ -1,7 +1,7 @@
 """Advantage computation of one round, over the round's tables (the stage between scoring and the
 updates). The math lives in `feedback.py`; this module joins rows by key, never by position, so
 that every advantage stays with the step or vote it belongs to (the reference code shifts them
-when rows are filtered: METHOD.md §1).
+when rows are filtered, a bug this module avoids).
 """
 
 from __future__ import annotations
@@ -326,10 +326,11 @@ def judge_metrics(rollouts: pd.DataFrame, verdicts: np.ndarray) -> dict[str, flo
 def outcome_verdicts(rollouts: pd.DataFrame, votes: int) -> np.ndarray:
     """(N, m) verdicts of the judge that consistency feedback rewards: each of the m votes on a
     step is its trajectory's outcome, +1 on every step of a won episode, −1 on every step of a
-    lost one. A vote is rewarded for agreeing in sign with R = O + λ·mean(S) (METHOD.md §2),
-    and R has O's sign unless the votes cancel it exactly, so training on consistency alone
-    pulls a reward model toward this judge. Its process accuracy (`judge_metrics`) is the
-    reference that tells whether a trained RM has learned more than its outcomes teach."""
+    lost one. A vote is rewarded for agreeing in sign with R = O + λ·mean(S) (consistency
+    feedback, R_S = R·S), and R has O's sign unless the votes cancel it exactly, so training on
+    consistency alone pulls a reward model toward this judge. Its process accuracy
+    (`judge_metrics`) is the reference that tells whether a trained RM has learned more than its
+    outcomes teach."""
     outcome = np.sign(rollouts["outcome"].to_numpy(dtype=np.float64))  # (N,)
     return np.repeat(outcome[:, None], votes, axis=1)
 

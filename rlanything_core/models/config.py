@@ -11,12 +11,15 @@ from rlanything_core.models.default import EMBEDDED_DEFAULT
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Base of every config section: unknown keys are errors, and the docstring under each field
+    is its description (the generated configuration reference shows it)."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
 
 class EngineConfig(_Strict):
-    """Where a model samples (README "Engines"). Updates run in the training process, or in
-    torchrun processes it starts (`update.distributed`)."""
+    """Where a model samples (docs/guides/serving.md). Updates run in the training process, or
+    in torchrun processes it starts (`update.distributed`)."""
 
     kind: Literal["hf", "vllm", "openai"] = "hf"
     """"hf": transformers in this process. "vllm": `vllm serve` from its own environment, started
@@ -34,11 +37,14 @@ class EngineConfig(_Strict):
     """The GPUs a started `vllm serve` sees (its CUDA_VISIBLE_DEVICES, e.g. "0,1"); None = all
     of this process's."""
     concurrency: int = Field(16, ge=1)
-    """Requests in flight at once."""
+    """Requests in flight at once (≥ 1): a server batches concurrent requests, so more keeps it
+    busier, up to its own batch limit."""
     retries: int = Field(4, ge=0)
-    """Retries of a request after a transient error (connection, time-out, HTTP 429/5xx)."""
+    """Retries of a request after a transient error (connection, time-out, HTTP 429/5xx); ≥ 0,
+    0 = fail at the first error."""
     startup_timeout_s: float = Field(900.0, gt=0.0)
-    """How long a started server may take to answer /health."""
+    """Seconds (> 0) a started server may take to answer /health: 15 minutes leaves room for
+    loading a 7B model and compiling its kernels."""
 
     @model_validator(mode="after")
     def _url_for_openai(self) -> EngineConfig:
@@ -64,17 +70,20 @@ class ModelConfig(_Strict):
     state, forward passes autocast to bfloat16 (mixed precision); "fastest-mixed": that where
     bfloat16 is native, float32 elsewhere. Or a dtype, used as given."""
     temperature: float = Field(0.8, ge=0.0)
-    """Sampling temperature; 0 decodes greedily. Paper: 0.8 for the policy and the RM."""
+    """Sampling temperature (≥ 0); 0 decodes greedily. Paper: 0.8 for the policy and the RM:
+    GRPO needs rollouts of a task that differ."""
     max_new_tokens: int = Field(64, ge=1)
-    """Length limit of one answer, in tokens."""
+    """Length limit of one answer, in tokens (≥ 1); a cut answer gets its EOS appended for
+    training."""
     batch_size: int = Field(8, ge=1)
-    """Prompts per generation batch."""
+    """Prompts per generation batch (≥ 1): larger batches use the hardware better at the cost
+    of memory."""
     engine: EngineConfig = EngineConfig()
     """How it samples: in this process (default) or from a server."""
 
 
 class DistributedConfig(_Strict):
-    """How many processes share one update (README "Distributed updates")."""
+    """How many processes share one update (docs/guides/scale-out.md)."""
 
     processes: int = Field(1, ge=1)
     """Processes on this node (torchrun --nproc-per-node; one per GPU on a GPU node). 1 = the
@@ -83,29 +92,36 @@ class DistributedConfig(_Strict):
     """ddp: a whole replica per process, gradients all-reduced. fsdp: parameters, gradients and
     optimizer state sharded over the processes (FSDP2), for models too big for one device."""
     max_restarts: int = Field(1, ge=0)
-    """Times a failed distributed update is started again, all its processes on a fresh
+    """Times (≥ 0) a failed distributed update is started again, all its processes on a fresh
     rendezvous, before the stage fails. The update starts over from its checkpoint, so a restart
     cannot change its result; it rides out a process lost to a transient fault (killed, or a
     gloo thread aborted under load). A deterministic error fails every attempt."""
 
 
 class UpdateConfig(_Strict):
-    """One RL update of a trained model with the PPO-clip + k3 loss (METHOD.md §1)."""
+    """One RL update of a trained model with RLAnything's policy loss (GRPO-style, no critic):
+    per response token, r_t = exp(log π_new − log π_old), the surrogate
+    min(r_t·A, clip(r_t, 1 − ε, 1 + ε)·A) averaged over a sample's tokens and then over samples,
+    plus β times the k3 estimate of the KL to the policy the update started from."""
 
     lr: float = Field(1e-6, gt=0.0)
-    """AdamW learning rate. Reference: 1e-6 for 7B models; small models need larger (1e-5–1e-4)."""
+    """AdamW learning rate (> 0). Reference: 1e-6 for 7B models; small models need larger
+    (1e-5–1e-4)."""
     weight_decay: float = Field(0.0, ge=0.0)
-    """AdamW weight decay. Reference: 0."""
+    """AdamW weight decay (≥ 0). Reference: 0."""
     lora_rank: int = Field(0, ge=0)
-    """0 = full fine-tuning; > 0 trains a LoRA adapter of this rank on all linear layers."""
+    """0 = full fine-tuning; > 0 trains a LoRA adapter of this rank on all linear layers: far
+    less optimizer state, and a served engine loads the adapter instead of restarting."""
     lora_alpha: int = Field(32, ge=1)
-    """LoRA scaling numerator (scale = alpha / rank)."""
+    """LoRA scaling numerator (≥ 1; scale = alpha / rank)."""
     clip_eps: float = Field(0.2, gt=0.0, lt=1.0)
-    """PPO clip range ε. Reference: 0.2."""
+    """PPO clip range ε, in (0, 1). Reference: 0.2."""
     kl_beta: float = Field(0.01, ge=0.0)
-    """Weight β of the k3 KL to the policy loaded at the start of the update. Reference: 0.01."""
+    """Weight β (≥ 0) of the k3 KL to the policy loaded at the start of the update, which keeps
+    the update near its start. Reference: 0.01."""
     optimizer_steps: int = Field(4, ge=1)
-    """Optimizer steps per RL step (the samples are split into this many mini-batches). Ref.: 4."""
+    """Optimizer steps per RL step (≥ 1; the samples are split into this many mini-batches).
+    Reference: 4."""
     epochs: int = Field(1, ge=1)
     """Passes over those mini-batches per update, all clipped against the log-probs taken before
     the first step (PPO epochs): epochs × optimizer_steps steps per round. Reference: 1."""
@@ -127,10 +143,12 @@ class UpdateConfig(_Strict):
     the mean gap, `sampler_logprob_gap`. A response the sampler cut at max_new_tokens (its EOS
     appended for training) is recomputed. verl reuses its rollout's log-probs so."""
     micro_batch_size: int = Field(4, ge=1)
-    """Samples per forward/backward pass (gradient accumulation inside a mini-batch)."""
+    """Samples per forward/backward pass (≥ 1; gradient accumulation inside a mini-batch): it
+    bounds the memory, not the step."""
     max_grad_norm: float = Field(1.0, gt=0.0)
-    """Gradient-norm clip per optimizer step."""
+    """Clip of the gradient's L2 norm per optimizer step (> 0); 1.0 as in TRL and verl."""
     max_samples: int | None = Field(None, ge=1)
-    """Train on at most this many samples per round (a seeded random subset); None = all."""
+    """Train on at most this many samples per round (≥ 1; a seeded random subset), which bounds
+    an update's time on a CPU; None = all."""
     distributed: DistributedConfig = DistributedConfig()
     """Spread the update over several processes with torchrun."""

@@ -4,7 +4,7 @@ PPO-clip update (full fine-tuning or LoRA), save and load checkpoints in Hugging
 The policy, the reward model and the environment model are all causal LMs with a chat template;
 this module serves all three.
 
-Choices (METHOD.md §1, policy loss):
+Choices (the policy loss of RLAnything, arXiv 2602.02488, and its reference code):
 1. Generation is a plain batched decoding loop over the model's KV cache, so that every sample
    draws from its own `torch.Generator` seeded by `derive_seed(...)`: a sample does not depend on
    which other samples share its batch (up to floating-point effects of padding). A batch
@@ -34,6 +34,7 @@ Choices (METHOD.md §1, policy loss):
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -44,7 +45,7 @@ import torch
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
-from transformers import PreTrainedModel
+from transformers import LlamaModel, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
@@ -53,6 +54,12 @@ from rlanything_core.method.losses import ppo_clip_k3_loss
 from rlanything_core.models.constraints import TokenConstraint
 from rlanything_core.models.decoding import LeanDecoder, lean_supported, sliding_window
 from rlanything_core.models.distributed import Group
+
+CACHE_ARG = (
+    "cache" if "cache" in inspect.signature(LlamaModel.forward).parameters else "past_key_values"
+)
+"""The keyword a model's forward takes its KV cache by: transformers renamed `past_key_values` to
+`cache` (the old name still works there, with a FutureWarning on every call)."""
 
 
 def encode_chat(tokenizer: PreTrainedTokenizerBase, messages: Messages) -> list[int]:
@@ -82,7 +89,7 @@ def sample_rows(
     generator (one draw per row; the sums in float64). It picks v with probability
     exp(logp_bv) / C_bV, as `torch.multinomial` does, whose exponential draws (one per token)
     took 1.0 ms per row of SmolLM2's 49 152 tokens on a 2-core CPU: 24.7 ms for 24 rows,
-    against 1.8 ms for this (benchmarks/results/sampling/probes/sampler_time.py). A token of
+    against 1.8 ms for this (benchmarks/results/sampling/README.md). A token of
     probability 0 (masked, −∞) is never picked: its interval is empty. Rows in `skip` (already
     finished) draw nothing and get 0."""
     batch, vocab = logp.shape
@@ -305,7 +312,7 @@ def _prefill(
         input_ids=input_ids,
         attention_mask=attention,
         position_ids=positions,
-        past_key_values=cache,
+        **{CACHE_ARG: cache},
         use_cache=True,
         logits_to_keep=1,
     )
@@ -409,7 +416,7 @@ def _decode_batch(
             input_ids=torch.tensor(nxt, device=device)[:, None],
             attention_mask=attention,
             position_ids=positions,
-            past_key_values=cache,
+            **{CACHE_ARG: cache},
             use_cache=True,
         )
         assert out.logits is not None
@@ -576,7 +583,7 @@ def _packed_answer_logprobs(
         input_ids=ids.to(device),
         attention_mask=mask[:, None].to(device),  # (U, 1, S, L + S)
         position_ids=positions[:, -1:] + 1 + offsets.to(device),
-        past_key_values=out.past_key_values,
+        **{CACHE_ARG: out.past_key_values},
         use_cache=True,
     ).logits.float()  # (U, S, V): column c predicts the token after it in its answer
     # Answer token t at column c = at + t is predicted by the prompt's last logits when t = 0 and
@@ -635,7 +642,7 @@ def _answer_logprobs(
         input_ids=ids,
         attention_mask=torch.cat([attention[index], own], dim=1),  # (R, L + C)
         position_ids=positions[index][:, -1:] + 1 + torch.arange(width, device=device),
-        past_key_values=out.past_key_values,
+        **{CACHE_ARG: out.past_key_values},
         use_cache=True,
     ).logits.float()  # (R, C, V): position t predicts answer token t + 1
     logits = torch.cat([first[:, None, :], rest[:, :-1, :]], dim=1)  # (R, C, V)
@@ -696,7 +703,7 @@ def response_logprobs(
         input_ids=ids,
         attention_mask=attention,
         position_ids=positions,
-        past_key_values=cache,
+        **{CACHE_ARG: cache},
         use_cache=cache is not None,
         logits_to_keep=r_width + 1,
     )

@@ -55,8 +55,8 @@ def vllm_command(
 def serve_command(model: str, port: int, *, name: str, device: str = "auto") -> list[str]:
     """`rlanything serve` with this interpreter."""
     return [
-        sys.executable, "-m", "rlanything_flows.cli", "serve", "--model", model, "--port", str(port),
-        "--name", name, "--device", device,
+        sys.executable, "-m", "rlanything_flows.cli", "serve", "--model", model,
+        "--port", str(port), "--name", name, "--device", device,
     ]  # fmt: skip
 
 

@@ -1,6 +1,6 @@
-"""The environment model's part of a round as rows (METHOD.md §3): rewrite proposals for the
-round's tasks out of the accuracy band (the candidates schema), and the decisions on the valid
-candidates once they are played (the acceptance schema)."""
+"""The environment model's part of a round as rows (the paper's environment adaptation): rewrite
+proposals for the round's tasks out of the accuracy band (the candidates schema), and the
+decisions on the valid candidates once they are played (the acceptance schema)."""
 
 from __future__ import annotations
 

@@ -35,45 +35,57 @@ class WarmStartConfig(_Strict):
     improve, as the paper's 7B models are from the start."""
 
     enabled: bool = False
-    """Run the warm start (once per run, before round 0)."""
+    """Run the warm start (once per run, before round 0). Off by default: the paper's models
+    need none."""
     episodes: int = Field(8, ge=1)
-    """Expert episodes whose steps make the training pairs (env model: task specs)."""
+    """Expert episodes whose steps make the training pairs (≥ 1; for the environment model:
+    task specs, each a rewrite example). The default is a smoke-test size; the shipped configs
+    use tens to thousands."""
     episodes_per_task: int = Field(1, ge=1)
-    """Episodes played on each generated task, the noise making them differ: more pairs from
-    fewer tasks where tasks are slow to make (a TextWorld game takes about a second)."""
+    """Episodes played on each generated task (≥ 1), the noise making them differ: more pairs
+    from fewer tasks where tasks are slow to make (a TextWorld game takes about a second)."""
     noise: float = Field(0.3, ge=0.0, le=1.0)
-    """Fraction of random actions in those episodes (covers states off the expert's path)."""
+    """Fraction of random actions in those episodes, in [0, 1]: the demonstrations then cover
+    states off the expert's path, which the policy reaches as soon as it errs."""
     label_noise: float = Field(0.2, ge=0.0, le=1.0)
-    """Reward model only: fraction of step labels flipped, so the RM starts imperfect."""
+    """Reward model only: fraction of step labels flipped, in [0, 1], so that the RM starts
+    imperfect and consistency feedback has something to improve."""
     answer_noise: float = Field(0.0, ge=0.0, le=1.0)
     """Policy only: fraction of the demonstrations answered with an admissible action drawn
     uniformly instead of the expert's, so the policy imitates a partly competent demonstrator
     (household and TextWorld; other environments refuse it). It costs a tiny policy much more
     than its share: the household learning benchmark's choosing policy started at 3.9 % held
     out after 1000 episodes x 2 epochs with 0.3 of the answers drawn, against 49.0 % with none
-    (sweep runs z8, z2); fewer episodes lower the start less abruptly."""
+    (benchmarks/results/learning/README.md); fewer episodes lower the start less abruptly. In
+    [0, 1]; 0 = the expert's answers only."""
     explain: bool = True
-    """Policy only: answers name the action before the box ("I will go to desk 1. \\boxed{6}");
-    False trains the box alone (shorter answers, for tiny models)."""
+    """Policy only: answers name the action before the box ("I will go to desk 1. \\boxed{6}"),
+    as a chat model answers; False trains the box alone (shorter answers, for tiny models that
+    gain nothing from the sentence)."""
     epochs: int = Field(1, ge=1)
-    """Passes over the pairs."""
+    """Passes over the pairs (≥ 1)."""
     lr: float = Field(5e-4, gt=0.0)
-    """AdamW learning rate of the warm start."""
+    """AdamW learning rate of the warm start (> 0). Supervised fine-tuning of a small model
+    takes far larger steps than RL's 1e-6; the shipped configs use 1e-3."""
     lr_schedule: Literal["constant", "linear"] = "constant"
     """"linear" decays the learning rate linearly to 0 over the warm start's steps, which ends
-    at a lower loss than a constant rate for the same steps; "constant" keeps `lr`."""
+    at a lower loss than a constant rate for the same steps; "constant" (default) keeps `lr`:
+    on the household learning benchmark three decayed warm starts started higher and RL then
+    gained nothing from them (benchmarks/results/learning/README.md)."""
     micro_batch_size: int = Field(8, ge=1)
-    """Pairs per optimizer step."""
+    """Pairs per optimizer step (≥ 1)."""
     group_by_length: bool = False
     """Make each micro-batch of pairs of about the same length (shuffled within groups of 64
     micro-batches, the batches in random order), so less of each batch is padding: 1.32x as
     fast a step for the tiny household policy (benchmarks/results/sft-speed.json). Off by
-    default: with it (and bfloat16) a constant-rate warm start ended far weaker (sweep run y)."""
+    default: with it (and bfloat16) a constant-rate warm start ended far weaker
+    (benchmarks/results/learning/README.md)."""
     max_forward_tokens: int | None = Field(None, ge=1)
     """At most this many tokens (rows × longest row, padding included) in one forward pass: a
     micro-batch longer than that runs as several passes whose gradients add up before its one
     optimizer step, the same step up to rounding with less memory held at once (long prompts:
-    an environment model's task specs). None: one pass per micro-batch."""
+    an environment model's task specs). None: one pass per micro-batch. At 1024 the demo's
+    three warm starts peaked at 3.8 GB instead of 6.7 (benchmarks/results/demo-memory/README.md)."""
 
 
 # Options of the built-in environments as they were spelled before `environment.options` (at
@@ -97,7 +109,7 @@ _FLAT_OPTIONS: dict[str, object] = {
 
 
 class EnvironmentConfig(_Strict):
-    """The environment and its initial task pool (README "Your own environment")."""
+    """The environment and its initial task pool (docs/own-environment.md)."""
 
     name: str = "household"
     """The environment: a built-in one (household: the built-in ALFWorld-style household;
@@ -109,18 +121,19 @@ class EnvironmentConfig(_Strict):
     """The environment's own settings, validated by its `Options` model (unknown keys are
     errors); every default is filled in. Built-ins: step_slack, history_steps, action_format
     (text environments), goals, num_rooms, num_distractors (household), source, sandbox
-    (coding), browser (gui): see README "Environments"."""
+    (coding), browser (gui): see "Options" in docs/environments/<name>.md."""
     num_tasks: int = Field(16, ge=1)
-    """Tasks in the initial pool. Paper (AlfWorld): 16 tasks per step; coding: 64."""
+    """Tasks in the initial pool (≥ 1). Paper (AlfWorld): 16 tasks per step; coding: 64."""
     tasks_per_round: int | None = Field(None, ge=1)
     """Tasks each round plays (its batch), drawn from the pool without replacement: every task
     once per pass over the pool, in a new seeded order each pass. None = the whole pool every
-    round. A pool larger than the batch keeps the policy from learning its training tasks by
-    heart (README "Learning benchmark")."""
+    round. At most `num_tasks`. A pool larger than the batch keeps the policy from learning its
+    training tasks by heart (benchmarks/results/learning/README.md)."""
     split: Literal["id", "ood"] = "id"
-    """Generator of the initial pool: in-domain ("id") or out-of-domain ("ood") tasks."""
+    """Generator of the initial pool: in-domain ("id", the default: the paper trains in-domain
+    and reports out-of-domain accuracy on held-out tasks) or out-of-domain ("ood") tasks."""
     seed: int = 0
-    """Seed of the task generator."""
+    """Seed of the task generator (any integer); `evaluation.seed` draws the held-out sets."""
     tasks_file: str | None = None
     """A tasks Parquet file (the `tasks` schema, e.g. written by `rlanything humaneval`): the
     initial pool is its first `num_tasks` rows instead of generated tasks."""
@@ -184,30 +197,38 @@ def _as_json(value: object) -> object:
 
 
 class PolicyConfig(_Strict):
+    """The policy π: the model that plays the environment's tasks, trained by RL on integrated
+    feedback (or on outcomes alone in outcome_only mode)."""
+
     model: ModelConfig = ModelConfig()
+    """The policy's model and how it samples."""
     update: UpdateConfig = UpdateConfig()
+    """The policy's RL update each round."""
     warm_start: WarmStartConfig = WarmStartConfig()
+    """Supervised fine-tuning on expert steps before round 0."""
     answers: Literal["generate", "choose"] = "generate"
     """"generate": the policy writes its answer (the paper). "choose": at each step the policy
     picks one of the admissible answers its environment lists (text environments: every
     admissible action in \\boxed{}), drawn with its own probability of writing each, renormalized
     over the list (temperature-scaled; GLAM and TWOSOME act so). No answer is then inadmissible,
     and the update trains the chosen answer's tokens as if sampled: PPO's ratio is that of the
-    answer's probability, not of the renormalized one (README "Learning benchmark" says what this
-    changes). In-process engine only."""
+    answer's probability, not of the renormalized one (benchmarks/results/learning/README.md
+    says what choosing changes). In-process engine only."""
     answer_score: AnswerScore = "sum"
     """With answers: choose, the score ℓ_k whose softmax draws answer k: "sum", the log-prob of
     writing the whole answer (its tokens' log-probs summed), or "mean", per token (the sum over
     its number of tokens; TWOSOME's token normalization). The sum favours answers of few tokens
     wherever the policy is unsure."""
     accuracy_band: tuple[float, float] = (1 / 8, 7 / 8)
-    """Train only on tasks whose round accuracy is in [low, high]. METHOD.md: [1/8, 7/8]."""
+    """Train only on tasks whose round accuracy is in [low, high], 0 ≤ low ≤ high ≤ 1. Paper:
+    [1/8, 7/8]: a task all of whose rollouts failed, or all succeeded, teaches nothing."""
     drop_zero_advantage: bool = True
-    """Drop samples whose advantage is exactly 0 (they carry no gradient)."""
+    """Drop samples whose advantage is exactly 0: they carry no gradient and only cost time."""
     rollout_workers: int = Field(1, ge=1)
     """Processes that play a round's tasks in parallel, each with its own copy of the policy: a
     Dask cluster through prefect-dask. In-process ("hf") engine only: a served engine batches
-    the requests of one process by itself (`engine.concurrency`)."""
+    the requests of one process by itself (`engine.concurrency`). ≥ 1; 1 = in the flow's own
+    process."""
     rollout_cluster: str | None = None
     """Address of a running Dask scheduler (e.g. "tcp://10.0.0.5:8786") that gets the
     `rollout_workers` shards, instead of a local cluster: rollouts over several machines."""
@@ -244,15 +265,23 @@ class PolicyConfig(_Strict):
 
 
 class RewardModelConfig(_Strict):
+    """The reward model: a generative judge that writes reasoning and a verdict S ∈ {+1, −1} for
+    each step, m times per step (or, for coding, unit tests), trained by consistency feedback
+    R_S = R·S in the reward and env modes."""
+
     model: ModelConfig = ModelConfig()
+    """The reward model's model and how it samples."""
     update: UpdateConfig = UpdateConfig()
+    """The reward model's RL update each round (reward and env modes)."""
     warm_start: WarmStartConfig = WarmStartConfig()
+    """Supervised fine-tuning on labelled steps before round 0."""
     mode: Literal["judge", "unit_tests"] = "judge"
     """"judge": m verdicts per step (paper). "unit_tests" (coding only): the RM writes
     `tests_per_task` tests per task and a program's results on them are its votes (reference
     code's coding mode)."""
     votes: int = Field(3, ge=1)
-    """m, verdicts sampled per step in judge mode. Paper: 3."""
+    """m, verdicts sampled per step in judge mode (≥ 1). Paper: 3: their mean is the step
+    signal, and consistency feedback is standardized over them."""
     answers: Literal["generate", "choose"] = "generate"
     """Judge mode. "generate": each vote is an answer the RM writes, reasoning then a verdict in
     \\boxed{} (the paper). "choose": each vote is one of `verdicts`, drawn with the RM's own
@@ -265,25 +294,30 @@ class RewardModelConfig(_Strict):
     """With answers: choose, the complete answers a vote is drawn among; each must hold a
     parsable verdict. The default is what the built-in warm starts teach."""
     tests_per_task: int = Field(8, ge=1)
-    """Unit-test mode: tests the RM writes per task per round. Reference (coding): 16."""
+    """Unit-test mode: tests the RM writes per task per round (≥ 1). Reference (coding): 16;
+    8 halves the sandbox runs."""
     parse_failure_penalty: float = -2.0
-    """Reward of a verdict that cannot be parsed. Reference: −2."""
+    """Reward of a verdict that cannot be parsed, before standardization (any real number).
+    Reference code: −2, the lowest reward a parsed vote can get (R·S ≥ −2 at λ = 1)."""
     accuracy_band: tuple[float, float] = (0.2, 0.8)
-    """Train the RM only on tasks whose round accuracy is in [low, high]. METHOD.md: [0.2, 0.8]."""
+    """Train the RM only on tasks whose round accuracy is in [low, high], 0 ≤ low ≤ high ≤ 1.
+    Paper: [0.2, 0.8]: where nearly every episode fails (or wins), consistency feedback rewards
+    one verdict on every step and teaches a bias rather than a judge."""
     balance_verdicts: bool = False
     """Judge mode: weigh the update's kept votes so that each verdict's votes carry the same
     total weight (`signals.verdict_weights`). False (the paper): consistency feedback
     reinforces the verdict that agrees with the outcome, and where most episodes fail that is
     mostly "no progress", so a judge can learn the class prior rather than the steps (TextWorld
-    ablation: process accuracy 73.9 → 77.2 % while balanced fell 76.7 → 67.6 %)."""
+    ablation: process accuracy 73.9 → 77.2 % while balanced fell 76.7 → 67.6 %,
+    benchmarks/results/ablation-textworld/balance-probe/README.md)."""
     balance_directions: bool = False
     """Judge mode: weigh the update's votes so that its pushes toward "progress" and toward
     "no progress" carry the same total |advantage| (`signals.direction_weights`): the update then
     fits both classes equally, as balanced process accuracy scores them. False (the paper): it
     fits the share of steps R_τ calls progress, a minority where most episodes fail, and the
-    judge drifts to "no progress" (probe tw-rm-direction, TextWorld, 3 seeds × 8 rounds: +3.2 to
-    +3.9 points balanced on the same held-out steps with it, −4.6 without). Not with
-    balance_verdicts."""
+    judge drifts to "no progress" (TextWorld, 3 seeds × 8 rounds: +3.2 to +3.9 points balanced
+    on the same held-out steps with it, −4.6 without;
+    benchmarks/results/ablation-design/tw-rm-direction/README.md). Not with balance_verdicts."""
 
     @property
     def balance(self) -> Literal["verdict", "direction"] | None:
@@ -330,30 +364,46 @@ class RewardModelConfig(_Strict):
 
 
 class EnvModelConfig(_Strict):
+    """The environment model: it summarizes a critique of each task out of the accuracy band and
+    rewrites the task harder or easier (env mode). RL never trains it, as in the paper."""
+
     model: ModelConfig = ModelConfig(max_new_tokens=96)
+    """The environment model's model and how it samples; 96 new tokens by default, as a rewrite
+    is a JSON spec or the fields that change."""
     warm_start: WarmStartConfig = WarmStartConfig()
     """Fine-tune on rewrite examples (`episodes` = task specs) before round 0; RL never trains
     the environment model."""
     lora_rank: int = Field(16, ge=0)
-    """LoRA rank of the warm start (0 = full fine-tuning)."""
+    """LoRA rank of the warm start (≥ 0; 0 = full fine-tuning, as the shipped configs' tiny
+    models use)."""
     critique_source: Literal["reward_model", "failed_rollouts"] = "reward_model"
     """"reward_model": summarize the RM's reasoning on the task's steps (paper). "failed_rollouts":
     summarize failed rollouts, marking steps all m votes rejected as high-risk (reference code)."""
     critique_examples: int = Field(6, ge=1)
-    """Reasonings or failed steps quoted to the summarizer."""
+    """Reasonings or failed steps quoted to the summarizer (≥ 1): enough to show a pattern,
+    few enough to fit a small model's context."""
     critique_max_new_tokens: int = Field(64, ge=1)
-    """Length limit of the critique summary, in tokens."""
+    """Length limit of the critique summary, in tokens (≥ 1)."""
     constrain_keys: bool = False
     """Decode the rewrite's top-level JSON keys among the task spec's fields only
     (`Environment.rewrite_keys`; vLLM: a JSON-schema `response_format`). The values, and whether
-    the rewrite is valid, stay the model's and the environment's business."""
+    the rewrite is valid, stay the model's and the environment's business. Not in the paper;
+    off by default. A tiny TextWorld environment model wrote 92.8 % valid rewrites with it
+    (benchmarks/results/rewrite-validity/README.md)."""
 
 
 class AdvantageConfig(_Strict):
+    """How rewards become advantages: the policy's integrated feedback
+    R_{τ_i} = O_τ + λ·(1/m) Σ_j S_{τ_i,j}, standardized per group as A = (R − mean) / (std + ε)
+    (population std; a group whose std is ≤ 1e-8 gets 0)."""
+
     lam: float = 1.0
-    """λ in R = O + λ·mean(S). Reference code: 1."""
+    """λ in R = O + λ·mean(S), the weight of the reward model's step signal (any real number;
+    0 = outcomes alone). Paper and reference code: 1."""
     estimator: Literal["step", "task"] = "step"
-    """"step": standardize per (task, step index) (paper); "task": over all steps of a task."""
+    """"step": standardize per (task, step index) (paper); "task": over all steps of all
+    rollouts of a task, since the per-index baseline depends on when each rollout stopped
+    (verl RFC #7244): late steps exist only in long, mostly failed episodes."""
     grouping: Literal["step_index", "state"] = "step_index"
     """With estimator "step", a step's group: the task's steps of the same index (paper) or
     taken from the same state, anchor-state grouping as in GiGPO (arXiv 2505.10978). A step's
@@ -364,29 +414,38 @@ class AdvantageConfig(_Strict):
     """w in the policy's R = w·O + λ·mean(S). Paper: 1. 0 is the "Step-only" row (the reward
     model's step signal alone); the reward model's consistency feedback keeps w = 1."""
     singleton: Literal["raw", "zero"] = "raw"
-    """A step-index group with one member keeps raw R ("raw", reference) or gets 0 ("zero")."""
+    """A step-index group with one member (only one rollout reached that step) keeps its raw R
+    ("raw", the reference code) or gets 0 ("zero"): it has no baseline to compare with."""
     eps: float = Field(1e-6, gt=0.0)
-    """ε added to the population std."""
+    """ε added to the population std (> 0) so that a near-constant group does not divide by
+    almost 0."""
     invalid_action_penalty: float = Field(0.0, ge=0.0)
     """Subtracted from R of every step whose answer named no admissible action, before the
     advantages are standardized: R = O + λ·mean(S) − c·[invalid]. 0 = the paper's R. Not in the
     paper; verl-agent's ALFWorld scripts use 0.1. Outcome-only rewards give an invalid step of a
     won episode the same credit as its valid steps, so on their own they do not teach the answer
-    format (README "Learning benchmark")."""
+    format (benchmarks/results/learning/README.md)."""
 
 
 class AdaptationConfig(_Strict):
+    """Environment adaptation (env mode): which tasks the environment model rewrites, and which
+    rewrites replace their task. A harder q' is accepted if α_low < acc(q') < acc(q), an easier
+    one if acc(q) < acc(q') < α_high."""
+
     alpha_low: float = Field(0.2, ge=0.0, le=1.0)
-    """Tasks with accuracy ≤ alpha_low are made easier. Paper: 0.2."""
+    """Tasks with accuracy ≤ alpha_low are made easier; in [0, 1], below alpha_high. Paper: 0.2."""
     alpha_high: float = Field(0.8, ge=0.0, le=1.0)
-    """Tasks with accuracy ≥ alpha_high are made harder. Paper: 0.8."""
+    """Tasks with accuracy ≥ alpha_high are made harder; in [0, 1]. Paper: 0.8."""
     bounds: Literal["strict", "inclusive"] = "strict"
-    """Acceptance bounds: "strict" (paper) or "inclusive" (reference code)."""
+    """Acceptance bounds: "strict" (paper: α_low < acc(q') < α_high) or "inclusive" (reference
+    code: ≤). The comparison with acc(q) is strict in both."""
     compare: Literal["same_checkpoint", "round_accuracy"] = "same_checkpoint"
-    """"same_checkpoint": roll out q and q' on the updated policy (default); "round_accuracy":
-    compare acc(q') under the updated policy with acc(q) from this round (reference code)."""
+    """"same_checkpoint": roll out q and q' on the updated policy (default), so that the
+    comparison measures the rewrite, not the update; "round_accuracy": compare acc(q') under
+    the updated policy with acc(q) from this round (reference code)."""
     max_rewrites: int | None = Field(None, ge=1)
-    """Rewrite at most this many tasks per round (lowest task ids first); None = all triggered."""
+    """Rewrite at most this many tasks per round (≥ 1, lowest task ids first); each rewrite costs
+    G rollouts in the acceptance check. None = all triggered."""
     replay_accepted: bool = True
     """With environment.tasks_per_round (each round plays a batch of the pool), play the rewrites
     accepted in a round in the next one, ahead of that round's own batch, which keeps its size.
@@ -399,16 +458,21 @@ class EvalConfig(_Strict):
     """Held-out evaluation (`rlanything eval`): fixed task sets, fixed seeds."""
 
     num_tasks: int = Field(16, ge=1)
-    """Tasks per split (in-domain and out-of-domain)."""
+    """Tasks per split, in-domain and out-of-domain (≥ 1). Intervals are clustered by task, so
+    tasks narrow them more than episodes: 400 tasks × 2 episodes gave about ±3–4 points at
+    18–50 % (benchmarks/results/learning/README.md)."""
     rollouts_per_task: int = Field(4, ge=1)
-    """Episodes per task."""
+    """Episodes per task (≥ 1); pass@k is reported for k up to this."""
     seed: int = 1000
-    """Seed of the held-out task generators; keep it away from environment.seed."""
+    """Seed of the held-out task generators; keep it away from environment.seed, so that the
+    held-out tasks are not the training tasks."""
     every: int | None = Field(None, ge=1)
     """Learning curve: during training, evaluate the starting models, the checkpoints after every
-    `every` rounds and after the last round (RUN_DIR/eval/step_NNN/); None = no evaluation."""
+    `every` rounds and after the last round (RUN_DIR/eval/step_NNN/), ≥ 1; None = no
+    evaluation."""
     curve_splits: tuple[Literal["id", "ood"], ...] = Field(("id", "ood"), min_length=1)
-    """The held-out splits the learning curve evaluates (`rlanything eval` always does both)."""
+    """The held-out splits the learning curve evaluates, at least one (`rlanything eval` always
+    does both); one split halves the curve's cost."""
     ood_options: dict[str, Any] | None = None
     """Options that draw the out-of-domain held-out set: `environment.options` updated with
     these, applied to the ood split as `environment.options` apply to the pool's (household:
@@ -418,10 +482,14 @@ class EvalConfig(_Strict):
 
 
 class TrackingConfig(_Strict):
+    """What the run records in MLflow: metrics, datasets and checkpoints."""
+
     experiment: str = "rlanything"
-    """MLflow experiment name."""
+    """MLflow experiment name; created on first use."""
     checkpoints: Literal["artifact", "reference"] = "artifact"
-    """Log checkpoints as MLflow artifacts, or only their paths (large models)."""
+    """"artifact": log checkpoints as MLflow artifacts (copies; fine for LoRA adapters and small
+    models); "reference": log only their paths in the run directory (large models, and runs
+    that write many checkpoints, such as the ablation)."""
     artifact_location: str | None = None
     """Where a new MLflow experiment keeps its artifacts (checkpoints, plots, eval.json): a
     directory or URI. None: with a local store (SQLite, the default) the user's data directory,
@@ -431,27 +499,29 @@ class TrackingConfig(_Strict):
 
 
 class RLoopConfig(_Strict):
-    """RLoop (METHOD.md, "RLoop"; `rlanything rloop`): cycles of exploration (ordinary rounds
-    from the cycle's start policy) and exploitation (rejection-sampling fine-tuning of that start
-    policy on successful trajectories of hard tasks). The refined policy starts the next cycle."""
+    """RLoop (Zeng et al., arXiv 2511.04285; `rlanything rloop`): cycles of exploration
+    (ordinary rounds from the cycle's start policy) and exploitation (rejection-sampling
+    fine-tuning of that start policy on successful trajectories of hard tasks). The refined
+    policy starts the next cycle."""
 
     cycles: int = Field(2, ge=1)
-    """Cycles to run. Paper: performance grows with more cycles."""
+    """Cycles to run (≥ 1). Paper: performance grows with more cycles."""
     rounds_per_cycle: int = Field(2, ge=1)
-    """Exploration rounds per cycle (ordinary rounds of `mode`), replacing `rounds`."""
+    """Exploration rounds per cycle (≥ 1; ordinary rounds of `mode`), replacing `rounds`."""
     harvest_rounds: list[int] | None = None
     """Rounds of each cycle whose rollouts are harvested, 0-based; round r's rollouts come from
     the checkpoint after round r − 1. None = every round: the paper collects trajectories from
     several intermediate checkpoints, since policy drift gives diversity."""
     hard_threshold: float = Field(0.5, gt=0.0, le=1.0)
-    """A task is hard when its success rate over the harvested rollouts is below this (paper:
-    focus on tasks with low success rate; active learning). 1.0 keeps every unsolved-by-all task."""
+    """A task is hard when its success rate over the harvested rollouts is below this, in
+    (0, 1] (paper: focus on tasks with low success rate; active learning). 1.0 keeps every task
+    not solved by all of its episodes."""
     sft_epochs: int = Field(2, ge=1)
-    """Epochs of the fine-tuning on the expert set."""
+    """Epochs of the fine-tuning on the expert set (≥ 1)."""
     sft_lr: float = Field(1e-5, gt=0.0)
-    """Learning rate of the fine-tuning on the expert set (AdamW)."""
+    """AdamW learning rate of the fine-tuning on the expert set (> 0)."""
     sft_micro_batch_size: int = Field(8, ge=1)
-    """Pairs per optimizer step of the fine-tuning."""
+    """Pairs per optimizer step of the fine-tuning (≥ 1)."""
     evaluate: bool = True
     """Evaluate each cycle's refined policy on the held-out sets (`evaluation`): accuracy and
     pass@k, RLoop's headline metric."""
@@ -475,21 +545,31 @@ class RunConfig(_Strict):
     integrated feedback from a fixed RM, fixed tasks; "reward" = + the RM is trained; "env" =
     + the tasks adapt (full RLAnything)."""
     rounds: int = Field(2, ge=1)
-    """Rounds (RL steps) to run."""
+    """Rounds (RL steps) to run (≥ 1). The paper's runs take 200–400 steps on 32–96 GPUs; the
+    default is a smoke test."""
     seed: int = 0
-    """Base seed; every sample's seed is derived from it with hashlib."""
+    """Base seed (any integer); every sample's seed is derived from it with hashlib, so that a
+    sample does not depend on which others share its batch."""
     rollouts_per_task: int = Field(8, ge=1)
-    """G, rollouts per task per round. Paper: 8."""
+    """G, rollouts per task per round (≥ 2: advantages are standardized over them). Paper: 8."""
     environment: EnvironmentConfig = EnvironmentConfig()
+    """The environment and its initial task pool."""
     policy: PolicyConfig = PolicyConfig()
+    """The policy: its model, update and warm start."""
     reward_model: RewardModelConfig = RewardModelConfig()
+    """The reward model (judge): its model, update, warm start and votes."""
     env_model: EnvModelConfig = EnvModelConfig()
+    """The environment model that rewrites tasks (env mode)."""
     advantage: AdvantageConfig = AdvantageConfig()
+    """How rewards become advantages."""
     adaptation: AdaptationConfig = AdaptationConfig()
+    """Which tasks are rewritten and which rewrites are accepted (env mode)."""
     evaluation: EvalConfig = EvalConfig()
+    """Held-out evaluation: `rlanything eval` and the learning curve."""
     tracking: TrackingConfig = TrackingConfig()
+    """MLflow tracking."""
     rloop: RLoopConfig = RLoopConfig()
-    """Used by `rlanything rloop` only."""
+    """RLoop's cycles; used by `rlanything rloop` only."""
 
     @model_validator(mode="after")
     def _cross_checks(self) -> RunConfig:

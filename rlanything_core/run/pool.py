@@ -1,5 +1,5 @@
 """The environment-task pool: the initial pool from the task generator, and the next pool after
-the acceptance check (METHOD.md §3).
+the acceptance check (`rlanything_core.method.adaptation`).
 
 An accepted rewrite q' replaces its parent q under the same task_id with task_version + 1; the
 row keeps the history: parent_task_id, direction, the parent's accuracy and the candidate's

@@ -1,4 +1,5 @@
-"""ALFWorld (the paper's text-agent benchmark) on our protocol, through the `alfworld` package.
+"""ALFWorld (the paper's text-agent benchmark) behind the environment interface, through the
+`alfworld` package.
 
 ALFWorld's games are PDDL games that TextWorld's engine plays; its data is downloaded by the user
 (`pip install alfworld`, which brings `textworld[pddl]`, then `alfworld-download`) into
@@ -33,7 +34,7 @@ MAX_STEPS = 100
 DATA_ENV = "ALFWORLD_DATA"
 SETUP = (
     "ALFWorld needs its package and data: `pip install alfworld`, then `alfworld-download`, "
-    "then `export ALFWORLD_DATA=~/.cache/alfworld` (README, ALFWorld)."
+    "then `export ALFWORLD_DATA=~/.cache/alfworld` (docs/environments/alfworld.md)."
 )
 # Where AlfredTWEnv looks for each split, under $ALFWORLD_DATA.
 _SPLIT_DIRS = {"id": "json_2.1.1/train", "ood": "json_2.1.1/valid_unseen"}

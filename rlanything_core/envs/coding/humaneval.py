@@ -3,10 +3,10 @@ data file: nothing is downloaded.
 
 HumanEval checks a program with assertion code (`assert candidate(1, 2) == 3`) run in the same
 process as the program, which a program can defeat (an object whose `__eq__` is always True).
-We convert each assertion of the form `candidate(<literals>) == <literal>` (or
-`abs(candidate(<literals>) - <literal>) < tol`) to a function-style test whose value is compared
-outside the sandbox. Other assertions (loops, helper calls) are dropped; `complete_only=True`
-keeps only problems all of whose assertions convert (108 of the 164).
+Each assertion of the form `candidate(<literals>) == <literal>` (or
+`abs(candidate(<literals>) - <literal>) < tol`) becomes a function-style test whose value is
+compared outside the sandbox. Other assertions (loops, helper calls) are dropped;
+`complete_only=True` keeps only problems all of whose assertions convert (108 of the 164).
 """
 
 from __future__ import annotations

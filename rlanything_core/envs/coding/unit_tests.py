@@ -1,4 +1,4 @@
-"""The reward model as a unit-test writer (coding; the reference code's coding mode, METHOD.md §2).
+"""The reward model as a unit-test writer (coding; the coding mode of RLAnything's reference code).
 
 Per task and round the reward model writes `tests_per_task` tests, one per answer: reasoning,
 then one JSON object in the task's test style ({"stdin": ..., "expected": ...} or

@@ -34,15 +34,15 @@ from rlanything_core.method.prompts import INVALID_ACTION, judge_messages
 class BrowserConfig(BaseModel):
     """How headless Chromium runs (see rlanything_core/envs/gui/browser.py)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     executable: str = "/usr/bin/chromium"
     """The Chromium binary Playwright drives (Debian's package by default)."""
     viewport: tuple[int, int] = (900, 700)
     """Page width and height in pixels (screenshots have this size)."""
     action_timeout_ms: int = Field(3000, ge=100)
-    """Per-step timeout: how long one click, typing or choice may take before it counts as an
-    impossible action."""
+    """Per-step timeout in milliseconds (≥ 100): how long one click, typing or choice may take
+    before it counts as an impossible action."""
     screenshots: bool = True
     """Save a PNG per step and record its path in the rollout rows."""
 
@@ -55,12 +55,13 @@ class BrowserConfig(BaseModel):
 class GuiOptions(BaseModel):
     """`environment.options` of the gui environment."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     step_slack: int = Field(6, ge=0)
-    """Each task allows the expert's plan length plus this many steps (the step limit)."""
+    """Each task allows the expert's plan length plus this many steps (≥ 0; the step limit):
+    room to recover from a wrong step."""
     history_steps: int = Field(2, ge=0)
-    """Previous actions shown in the policy's and the RM's prompts."""
+    """Previous actions shown in the policy's and the RM's prompts (≥ 0; 0 = none)."""
     browser: BrowserConfig = BrowserConfig()
     """How headless Chromium runs."""
 

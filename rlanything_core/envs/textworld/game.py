@@ -1,4 +1,5 @@
-"""TextWorld: text games generated locally by Microsoft's `textworld` package, on our protocol.
+"""TextWorld: text games generated locally by Microsoft's `textworld` package, behind the
+environment interface.
 
 A task spec holds the generation parameters (world size, number of objects, quest length, seed)
 and the step limit, so the environment model adapts a task by changing them. The game file is
