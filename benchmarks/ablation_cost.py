@@ -1,5 +1,5 @@
 """Where an ablation's training time went: per row, the minutes its runs spent in each stage of
-their rounds (README "Ablation"; issue 20 asks for a 60-minute `make ablation`).
+their rounds (docs/results.md, "Cost"; issue 20 asks for a 60-minute `make ablation`).
 
     python benchmarks/ablation_cost.py runs/ablation --out ablation-cost.json
 

@@ -1,8 +1,9 @@
 #!/bin/bash
 # The GPU checks, run on a lent CUDA machine that has PyTorch but not this project's other
 # packages and no network: the wheels of Prefect, MLflow (skinny) and their dependencies for
-# Python 3.12 travel in .whl/ (README "GPU deployment" says how they were fetched). Writes the
-# CUDA tests' log and JUnit XML, the GPU throughput benchmark's JSON and the versions to $OUT.
+# Python 3.12 travel in .whl/ (benchmarks/results/gpu/README.md says how they were fetched).
+# Writes the CUDA tests' log and JUnit XML, the GPU throughput benchmark's JSON and the
+# versions to $OUT.
 # With BASE_MODELLING=FILE the throughput benchmark also runs on a copy of the tree whose
 # rlanything_core/models/modelling.py is FILE (an older version): before and after on one machine.
 # TESTS=EXPR passes `-k EXPR` to pytest.

@@ -60,7 +60,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="expert passes over the seed tasks")
     parser.add_argument("--run-dir", type=Path, help="a finished gui training run")
     parser.add_argument("--eval-dir", type=Path, help="`rlanything eval` output of a gui policy")
-    parser.add_argument("--out", default="benchmarks/results/gui.json")
+    parser.add_argument("--out", default="runs/bench/gui-demo.json")
     args = parser.parse_args()
     result: dict[str, Any] = {"expert": expert_throughput(args.repeats)}
     if args.run_dir:

@@ -29,8 +29,8 @@ import pyarrow.parquet as pq
 from common import PeakRss, bench_config, isolated_workdir, save
 
 import rlanything_flows.train
-from rlanything_flows.tracking import Tracker
 from rlanything_core.run.rundir import RunDir
+from rlanything_flows.tracking import Tracker
 
 TIMES: defaultdict[str, list[float]] = defaultdict(list)
 
@@ -52,7 +52,7 @@ def instrumented() -> Iterator[None]:
     patches = [
         (pq, "write_table", "parquet"),
         (pq, "read_table", "parquet"),
-        (flows.train, "rlanything_round", "round_flow"),
+        (rlanything_flows.train, "rlanything_round", "round_flow"),
         (Tracker, "log_round", "mlflow"),
         (Tracker, "log_plots", "mlflow"),
     ]
@@ -81,18 +81,18 @@ def measure(config_path: str, rounds: int) -> dict[str, Any]:
     with isolated_workdir("orchestration") as root, PeakRss() as rss, instrumented():
         # Each round's Parquet time, from the calls made between its start and its end.
         marks: list[int] = []
-        original_round = flows.train.rlanything_round
+        original_round = rlanything_flows.train.rlanything_round
 
         def round_with_mark(**kwargs: Any) -> Any:
             marks.append(len(TIMES["parquet"]))
             return original_round(**kwargs)
 
-        flows.train.rlanything_round = round_with_mark
+        rlanything_flows.train.rlanything_round = round_with_mark
         start = time.perf_counter()
         try:
-            flows.train.rlanything_train(config=config, run_dir=str(root / "run"))
+            rlanything_flows.train.rlanything_train(config=config, run_dir=str(root / "run"))
         finally:
-            flows.train.rlanything_round = original_round
+            rlanything_flows.train.rlanything_round = original_round
         total_s = time.perf_counter() - start
         summary = json.loads(RunDir(root / "run").summary_path.read_text())
     per_round = []

@@ -16,10 +16,10 @@ import argparse
 import json
 from pathlib import Path
 
-from rlanything_flows.ablate import SPLITS, eval_datasets, per_task_accuracy, pooled_intervals
 from rlanything_core.method.stats import paired_difference
 from rlanything_core.run.config import load_config
 from rlanything_core.run.rundir import write_json
+from rlanything_flows.ablate import SPLITS, eval_datasets, per_task_accuracy, pooled_intervals
 
 
 def final_eval(cell: Path) -> Path:

@@ -22,9 +22,9 @@ import numpy as np
 import pandas as pd
 from common import save
 
-from rlanything_flows.ablate import per_task_accuracy, pooled_intervals
 from rlanything_core.base.schemas import read_dataset
 from rlanything_core.method.stats import Estimate, paired_difference
+from rlanything_flows.ablate import per_task_accuracy, pooled_intervals
 
 KEY = "eval/{split}/policy_accuracy"
 

@@ -1,10 +1,14 @@
-"""Print the README's benchmark table from the JSON files in benchmarks/results/.
+"""Print the benchmark table from the JSON result files, by default those in benchmarks/results/.
 
-python benchmarks/report.py
+    python benchmarks/report.py [--results runs/bench]
+
+`--results DIR` reads the same file names from another directory (`make bench` writes to
+runs/bench unless given BENCH_OUT=benchmarks/results); the file column shows each file's path.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -229,7 +233,7 @@ def rows() -> list[tuple[str, str, str]]:
                 (
                     f"budget: {row['target']}",
                     f"{row['measured']} (goal {row['goal']}): {state} (targets-demo.json)",
-                    row["source"].removeprefix("benchmarks/results/"),
+                    row["source"].removeprefix(_shown(RESULTS) + "/"),
                 )
             )
     gui = _load("gui-demo")
@@ -273,11 +277,22 @@ def measured(file: str) -> str:
     return f"{cpu}, {day}, {commit}"
 
 
+def _shown(path: Path) -> str:
+    """`path` relative to the repository where it lies inside it."""
+    root = Path(__file__).resolve().parent.parent
+    full = path.resolve()
+    return str(full.relative_to(root) if full.is_relative_to(root) else path)
+
+
 def main() -> None:
+    global RESULTS
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", type=Path, default=RESULTS, help="the result files' directory")
+    RESULTS = parser.parse_args().results
     print("| benchmark | result | measured on | file |")
     print("|---|---|---|---|")
     for name, result, file in rows():
-        print(f"| {name} | {result} | {measured(file)} | `benchmarks/results/{file}` |")
+        print(f"| {name} | {result} | {measured(file)} | `{_shown(RESULTS / file)}` |")
 
 
 if __name__ == "__main__":

@@ -26,12 +26,12 @@ from typing import Any
 import numpy as np
 from common import bench_config, save
 
+from rlanything_core.run.config import RunConfig
+from rlanything_core.run.rundir import RunDir
 from rlanything_flows.ablate import eval_datasets, pooled_intervals, warm_started
 from rlanything_flows.evaluate import SPLITS, rlanything_eval
 from rlanything_flows.rloop import rlanything_rloop
 from rlanything_flows.train import rlanything_train
-from rlanything_core.run.config import RunConfig
-from rlanything_core.run.rundir import RunDir
 
 
 def _vanilla(config: RunConfig, work: Path, seed: int) -> list[Path]:
@@ -105,7 +105,7 @@ def main() -> None:
     parser.add_argument("--config", default="configs/rloop-household.yaml")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--work", default="runs/rloop-bench", help="run directories (resumable)")
-    parser.add_argument("--out", default="benchmarks/results/rloop-household.json")
+    parser.add_argument("--out", default="runs/bench/rloop-household.json")
     args = parser.parse_args()
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")

@@ -26,7 +26,6 @@ from typing import Any
 import pandas as pd
 from common import percent, save
 
-from rlanything_flows.evaluate import judge_held_out
 from rlanything_core.base.schemas import read_dataset
 from rlanything_core.method.signals import (
     judge_gain,
@@ -37,6 +36,7 @@ from rlanything_core.method.signals import (
 )
 from rlanything_core.run.config import load_config
 from rlanything_core.run.rundir import RunDir
+from rlanything_flows.evaluate import judge_held_out
 
 
 def compare(

@@ -129,7 +129,7 @@ def main() -> None:
     parser.add_argument("--model", default="tiny-judge:0", help="model source to serve")
     parser.add_argument("--requests", type=int, default=64, help="concurrent requests a burst")
     parser.add_argument("--bursts", type=int, default=3)
-    parser.add_argument("--out", default="benchmarks/results/serve-load.json")
+    parser.add_argument("--out", default="runs/bench/serve-load.json")
     args = parser.parse_args()
     expected = dict(KINDS)
     port = free_port()

@@ -24,13 +24,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from rlanything_flows.evaluate import eval_tasks
 from rlanything_core.envs.demos import TextGame
 from rlanything_core.envs.household.world import HouseholdEpisode
 from rlanything_core.envs.interface import TaskSpec
 from rlanything_core.envs.text import TextEnvironment
 from rlanything_core.method.stats import accuracy
 from rlanything_core.run.config import load_config
+from rlanything_flows.evaluate import eval_tasks
 
 
 def step_class(episode: TextGame, expert: str) -> str:

@@ -85,7 +85,7 @@ def ours(config: RunConfig) -> tuple[dict[str, Any], pd.DataFrame]:
     """Per-round seconds and phases of the rounds, and the rollouts of the first timed round."""
     TIMES.clear()
     with isolated_workdir("trl-ours") as root, instrumented():
-        flows.train.rlanything_train(config=config, run_dir=str(root / "run"))
+        rlanything_flows.train.rlanything_train(config=config, run_dir=str(root / "run"))
         run = RunDir(root / "run")
         rollouts = [
             read_dataset(run.dataset(r, "rollouts"), "rollouts") for r in range(config.rounds)
