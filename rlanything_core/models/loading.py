@@ -3,8 +3,11 @@ tiny test model built on first use, or a hub id (`resolve_source`)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +128,18 @@ def load_tokenizer(source: str) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
+@contextlib.contextmanager
+def _peft_wrapping() -> Iterator[None]:
+    """PEFT's model wrapper reads `model.is_gradient_checkpointing`, which recent transformers
+    (5.25 here) deprecates with a FutureWarning on every LoRA model built. The read is inside PEFT
+    (`PeftModel.__init__`), not a call of ours, so only that one warning is silenced here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", "`is_gradient_checkpointing` is deprecated", category=FutureWarning
+        )
+        yield
+
+
 def load_model(
     source: str,
     *,
@@ -154,22 +169,24 @@ def load_model(
             base = AutoModelForCausalLM.from_pretrained(
                 resolve_source(base_source), dtype=torch_dtype
             )
-            peft_model = PeftModel.from_pretrained(base, path, is_trainable=trainable)
+            with _peft_wrapping():
+                peft_model = PeftModel.from_pretrained(base, path, is_trainable=trainable)
         model: Any = peft_model if trainable else peft_model.merge_and_unload()
     else:
         with no_weight_bars():
             model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
         if trainable and lora_rank > 0:
-            model = get_peft_model(
-                model,
-                LoraConfig(
-                    r=lora_rank,
-                    lora_alpha=lora_alpha,
-                    lora_dropout=0.0,
-                    target_modules="all-linear",
-                    task_type="CAUSAL_LM",
-                ),
-            )
+            with _peft_wrapping():
+                model = get_peft_model(
+                    model,
+                    LoraConfig(
+                        r=lora_rank,
+                        lora_alpha=lora_alpha,
+                        lora_dropout=0.0,
+                        target_modules="all-linear",
+                        task_type="CAUSAL_LM",
+                    ),
+                )
     model.to(dev)
     model.train(trainable)
     contiguous_head_input(model)
