@@ -282,12 +282,14 @@ class Tracker:
         with warnings.catch_warnings():
             # Two MLflow notices per dataset that say nothing about our data: a local path
             # matches its local source type twice (from_pandas), and integer columns could not
-            # hold NaN (the schema inferred in log_input).
+            # hold NaN (raised where the dataset's schema is inferred, for its entity). Our
+            # integer columns never hold NaN (the schemas in rlanything_core/base/schemas.py).
             warnings.filterwarnings("ignore", "The specified dataset source can be interpreted")
             warnings.filterwarnings("ignore", "Hint: Inferred schema contains integer column")
             data = mlflow.data.from_pandas(frame, source=str(path), name=name, digest=full[:16])
+            entity = data._to_mlflow_entity()  # infers the schema, where the hint is raised
         labels = {"sha256": full, **(tags or {}), MLFLOW_DATASET_CONTEXT: context}
-        entry = DatasetInput(data._to_mlflow_entity(), [InputTag(k, v) for k, v in labels.items()])
+        entry = DatasetInput(entity, [InputTag(k, v) for k, v in labels.items()])
         self.client.log_inputs(run_id, datasets=[entry])
 
     def _round_run(self, round_idx: int, started: float | None) -> tuple[str, bool]:

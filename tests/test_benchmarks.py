@@ -23,7 +23,7 @@ import round_profile
 import targets
 
 from rlanything_core.base.schemas import rows_frame, write_dataset
-from rlanything_core.models.modelling import CACHE_ARG
+from rlanything_core.models.modelling import CACHE_ARG, kv_cache
 
 
 def _llama() -> LlamaForCausalLM:
@@ -51,11 +51,11 @@ def test_round_profile_tells_a_training_forward_with_a_cache_from_a_prefill() ->
     ids = torch.randint(0, 64, (2, 6))
     with round_profile.patched(profile):
         with torch.no_grad():
-            cache = model(input_ids=ids, use_cache=True).past_key_values
+            cache = kv_cache(model(input_ids=ids, use_cache=True))
             model(input_ids=ids[:, -1:], **{CACHE_ARG: cache}, use_cache=True)
             model(input_ids=ids, use_cache=False)
         # as `modelling._shared_prefix`: the prefix once, on one row, its cache copied to both
-        cache = model(input_ids=ids[:1, :4], use_cache=True).past_key_values
+        cache = kv_cache(model(input_ids=ids[:1, :4], use_cache=True))
         cache.reorder_cache(torch.zeros(2, dtype=torch.long))
         rest = model(input_ids=ids[:, 4:], **{CACHE_ARG: cache}, use_cache=False)
         rest.logits.sum().backward()

@@ -51,6 +51,10 @@ def train(tmp_path: Path, run: str) -> str:
 def test_a_run_prints_no_warning_with_a_cold_and_a_warm_model_cache(tmp_path: Path) -> None:
     for run in ("cold", "warm"):
         output = train(tmp_path, run)
-        noisy = [line for line in output.splitlines() if "Warning" in line or "it/s]" in line]
+        noisy = [
+            line
+            for line in output.splitlines()
+            if "Warning" in line or "deprecated" in line or "it/s]" in line
+        ]
         assert not noisy, f"{run} cache: {noisy[:5]}"
         assert "round 0 rollout" in output, output[-2000:]

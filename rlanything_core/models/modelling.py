@@ -58,8 +58,14 @@ from rlanything_core.models.distributed import Group
 CACHE_ARG = (
     "cache" if "cache" in inspect.signature(LlamaModel.forward).parameters else "past_key_values"
 )
-"""The keyword a model's forward takes its KV cache by: transformers renamed `past_key_values` to
-`cache` (the old name still works there, with a FutureWarning on every call)."""
+"""The keyword a model's forward takes its KV cache by, and the name of the output field that
+returns it: transformers renamed `past_key_values` to `cache` (the old names still work there,
+with a deprecation warning)."""
+
+
+def kv_cache(out: Any) -> Any:
+    """The KV cache a forward returned: its field named `CACHE_ARG`."""
+    return getattr(out, CACHE_ARG)
 
 
 def encode_chat(tokenizer: PreTrainedTokenizerBase, messages: Messages) -> list[int]:
@@ -275,7 +281,7 @@ def _shared_prefix(
         return 0, None
     device = next(model.parameters()).device
     head = torch.tensor([list(prompts[0][:shared])], device=device)  # (1, S)
-    cache = inner(input_ids=head, use_cache=True, logits_to_keep=1).past_key_values
+    cache = kv_cache(inner(input_ids=head, use_cache=True, logits_to_keep=1))
     cache.reorder_cache(torch.zeros(len(prompts), dtype=torch.long, device=device))
     return shared, cache
 
@@ -349,7 +355,7 @@ def _decode_batch(
     generators = [torch.Generator(device=device).manual_seed(s) for s in seeds]
     index = torch.tensor(row_of, device=device)
     assert out.logits is not None
-    logits_next, cache = out.logits[index][:, -1, :], out.past_key_values  # (B, V)
+    logits_next, cache = out.logits[index][:, -1, :], kv_cache(out)  # (B, V)
     del out
     lean = (
         LeanDecoder(
@@ -420,7 +426,7 @@ def _decode_batch(
             use_cache=True,
         )
         assert out.logits is not None
-        logits_next, cache = out.logits[:, -1, :], out.past_key_values
+        logits_next, cache = out.logits[:, -1, :], kv_cache(out)
     return list(zip(tokens, logprobs, tops, ended, strict=True))
 
 
@@ -583,7 +589,7 @@ def _packed_answer_logprobs(
         input_ids=ids.to(device),
         attention_mask=mask[:, None].to(device),  # (U, 1, S, L + S)
         position_ids=positions[:, -1:] + 1 + offsets.to(device),
-        **{CACHE_ARG: out.past_key_values},
+        **{CACHE_ARG: kv_cache(out)},
         use_cache=True,
     ).logits.float()  # (U, S, V): column c predicts the token after it in its answer
     # Answer token t at column c = at + t is predicted by the prompt's last logits when t = 0 and
@@ -630,7 +636,7 @@ def _answer_logprobs(
     pairs = [(b, k) for b, listed in enumerate(answer_ids) for k in range(len(listed))]
     index = torch.tensor([prompt_row[b] for b, _ in pairs], device=device)  # (R,) → unique row
     first = out.logits[index, -1, :].float()  # (R, V): predicts each answer's first token
-    out.past_key_values.reorder_cache(index)  # (U, …) → (R, …)
+    kv_cache(out).reorder_cache(index)  # (U, …) → (R, …)
     width = max(len(answer_ids[b][k]) for b, k in pairs)
     ids = torch.full((len(pairs), width), pad_id, dtype=torch.long)  # (R, C), right-padded
     own = torch.zeros((len(pairs), width), dtype=torch.long)  # (R, C)
@@ -642,7 +648,7 @@ def _answer_logprobs(
         input_ids=ids,
         attention_mask=torch.cat([attention[index], own], dim=1),  # (R, L + C)
         position_ids=positions[index][:, -1:] + 1 + torch.arange(width, device=device),
-        **{CACHE_ARG: out.past_key_values},
+        **{CACHE_ARG: kv_cache(out)},
         use_cache=True,
     ).logits.float()  # (R, C, V): position t predicts answer token t + 1
     logits = torch.cat([first[:, None, :], rest[:, :-1, :]], dim=1)  # (R, C, V)
