@@ -65,9 +65,12 @@ def update_mfu(profile: dict[str, Any]) -> float | None:
     return useful / seconds
 
 
-def generation_speed_over_generate(throughput: dict[str, Any]) -> float:
-    """Rollout plus RM scoring tokens per second over `generate`'s on the same work."""
+def generation_speed_over_generate(throughput: dict[str, Any]) -> float | None:
+    """Rollout plus RM scoring tokens per second over `generate`'s on the same work; None for a
+    result that records no equal-work invariants (`benchmarks/throughput.py`)."""
     parts = [throughput["rollout"], throughput["reward_scoring"]]
+    if not all("invariants" in p for p in parts):
+        return None
     ours = sum(p["ours_tokens"] for p in parts) / sum(p["ours_seconds"] for p in parts)
     base = sum(p["generate_tokens"] for p in parts) / sum(p["generate_seconds"] for p in parts)
     return ours / base

@@ -284,6 +284,21 @@ def test_targets_read_another_machines_results_and_name_their_cpu(tmp_path: Path
     assert memory["measured"] == 4.0 and memory["met"] is True and memory["next_lever"] is None
     missing = rows["policy and RM update MFU on real tokens (of the measured matmul peak)"]
     assert missing["measured"] is None and missing["met"] is None
+    # a throughput result without its equal-work invariants is not measured; with them it is
+    part = {
+        "ours_tokens": 300,
+        "ours_seconds": 1.0,
+        "generate_tokens": 100,
+        "generate_seconds": 1.0,
+    }
+    old = {"rollout": part, "reward_scoring": part, "commit": "0123abc"}
+    (tmp_path / "throughput-demo.json").write_text(json.dumps(old | {"machine": machine}))
+    speed = "rollout + RM scoring tokens/s over plain batched generate"
+    assert {r["target"]: r for r in targets.check(tmp_path)}[speed]["measured"] is None
+    checked = part | {"invariants": {"generations": [8, 8]}}
+    new = {"rollout": checked, "reward_scoring": checked, "commit": "0123abc"}
+    (tmp_path / "throughput-demo.json").write_text(json.dumps(new | {"machine": machine}))
+    assert {r["target"]: r for r in targets.check(tmp_path)}[speed]["measured"] == 3.0
     rounds = {"ratio_without_acceptance": 1.566, "commit": "def5678"}
     (tmp_path / "equal-work-round.json").write_text(json.dumps(rounds | {"machine": machine}))
     rows = {row["target"]: row for row in targets.check(tmp_path)}
