@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from peft import LoraConfig, get_peft_model
 
 from rlanything_core.base.generation import Messages
 from rlanything_core.method.prompts import judge_messages
@@ -25,10 +24,7 @@ SAMPLE = {"max_new_tokens": 12, "temperature": 1.0, "batch_size": 4}
 
 def _adapter(base: str, out: Path, seed: int) -> Path:
     """A LoRA adapter on `base` with random non-zero weights (a trained adapter's shape)."""
-    model, _ = load_model(base, device="cpu")
-    peft = get_peft_model(
-        model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM")
-    )
+    peft, _ = load_model(base, device="cpu", trainable=True, lora_rank=4, lora_alpha=8)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, param in peft.named_parameters():

@@ -385,8 +385,8 @@ def test_chosen_verdicts_are_drawn_by_the_reward_models_probability_of_writing_t
     # Two answers of equal length that this untrained RM writes with probabilities 0.40 and
     # 0.60: 1000 draws (4 binomial standard deviations of a share are at most 0.064) tell them
     # from a constant verdict and from a fair coin.
-    assert 0.3 < float(probs[0]) < 0.45, probs
-    assert abs(share - float(probs[0])) < 0.064, (share, probs)
+    assert 0.3 < float(probs[0].detach()) < 0.45, probs
+    assert abs(share - float(probs[0].detach())) < 0.064, (share, probs)
     assert [list(v["response_token_ids"]) for v in votes[:2]] == [
         ids[verdicts.index(v["reasoning"])] for v in votes[:2]
     ]
