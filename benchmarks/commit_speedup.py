@@ -43,28 +43,29 @@ UPDATES = ("policy/update_samples", "reward_model/update_samples")
 TOKENS = ("rollouts_response_tokens", "judgments_response_tokens")
 
 
-def import_paths(code: Path, packages: Path) -> list[Path]:
-    """The import path that runs the code at `code` rather than the installed package: code
-    whose flows/ and tasks/ install as rlanything_flows and rlanything_tasks gets a folder of
-    links under those names (`packages`); older code imports flows and tasks from its root."""
+def import_paths(code: Path, packages: Path) -> tuple[list[Path], str]:
+    """The import path that runs the code at `code` rather than the installed package, and the
+    CLI module to run there: code whose flows/ and tasks/ install as rlanything_flows and
+    rlanything_tasks gets a folder of links under those names (`packages`); older code imports
+    flows and tasks from its root."""
     setup = code / "setup.py"
     if not setup.is_file() or "rlanything_flows" not in setup.read_text():
-        return [code]
+        return [code], "flows.cli"
     packages.mkdir(parents=True, exist_ok=True)
     for folder in ("flows", "tasks"):
         (packages / f"rlanything_{folder}").symlink_to(code / folder, target_is_directory=True)
-    return [packages, code]
+    return [packages, code], "rlanything_flows.cli"
 
 
 def train(code: Path, config: Path, root: Path, name: str) -> tuple[Path, float, int]:
     """Train `config` with the code at `code`; (its run directory, wall seconds, peak RSS)."""
     run_dir = root / f"run-{name}"
+    paths, module = import_paths(code, root / f"packages-{name}")
     env = os.environ | {
-        "PYTHONPATH": os.pathsep.join(map(str, import_paths(code, root / f"packages-{name}"))),
+        "PYTHONPATH": os.pathsep.join(map(str, paths)),
         "PREFECT_HOME": str(root / f"prefect-{name}"),
         "MLFLOW_TRACKING_URI": f"sqlite:///{root / f'mlflow-{name}.db'}",
     }
-    module = "rlanything_flows.cli" if (root / f"packages-{name}").is_dir() else "flows.cli"
     command = [sys.executable, "-m", module, "train", "--config", str(config)]
     log = root / f"{name}.log"
     start = time.perf_counter()

@@ -38,20 +38,26 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    """The parser's subcommands by name, in the order they were added (empty without any)."""
+def _subparsers(parser: argparse.ArgumentParser) -> argparse._SubParsersAction | None:
+    """The parser's subcommands action, None for a parser without subcommands."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            return dict(action.choices)
-    return {}
+            return action
+    return None
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The parser's subcommands by name, in the order they were added (empty without any)."""
+    action = _subparsers(parser)
+    return dict(action.choices) if action is not None else {}
 
 
 def _command_help(parser: argparse.ArgumentParser) -> dict[str, str]:
     """The one-line help of each subcommand, as `rlanything --help` lists it."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return {choice.dest: choice.help or "" for choice in action._choices_actions}
-    return {}
+    action = _subparsers(parser)
+    if action is None:
+        return {}
+    return {choice.dest: choice.help or "" for choice in action._choices_actions}
 
 
 def _option_row(action: argparse.Action) -> str:

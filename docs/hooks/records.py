@@ -3,7 +3,6 @@
 Every `benchmarks/results/**/README.md` becomes the page `records/<its directory>/README.md`
 (the index, `benchmarks/results/README.md`, becomes `records/README.md`), and every PNG under
 `benchmarks/results/` is copied to the same place under `records/`, so a record's images show.
-When the index does not exist, a generated one lists the records.
 
 The records are written for the repository, so their relative links may point at files the site
 does not hold (JSON, YAML, configs, scripts). On a record's page such a link becomes a code span
@@ -44,9 +43,6 @@ _LINK = re.compile(
     r"(?P<bang>!?)\[(?P<text>(?:[^\[\]]|\[[^\[\]]*\])*)\]"
     r"\((?P<target><[^>]*>|[^()\s]*(?:\([^()\s]*\)[^()\s]*)*)(?P<title>\s+\"[^\"]*\")?\)"
 )
-_DEFINITION = re.compile(
-    r"^(?P<indent> {0,3})\[(?P<label>[^\]]+)\]:[ \t]*(?P<target><[^>]*>|\S+)(?P<rest>.*)$"
-)
 _INDENTED = re.compile(r"^(?: {4}|\t)")
 _CONTINUES = re.compile(r"^(?: {2,}|\t|\s*(?:[-*+]|\d+[.)])\s)")
 """A line after which an indented line continues a list item rather than starting code."""
@@ -58,34 +54,9 @@ def _root(config: MkDocsConfig) -> Path:
     return Path(config.config_file_path).resolve().parent
 
 
-def _title(readme: Path) -> str:
-    """A record's first heading, or its directory's name."""
-    for line in readme.read_text(encoding="utf-8").splitlines():
-        if line.startswith("# "):
-            return line[2:].strip()
-    return readme.parent.name
-
-
-def _index(results: Path, readmes: list[Path]) -> str:
-    """The records' index when benchmarks/results/README.md does not exist: one link each."""
-    lines = [
-        "# Records",
-        "",
-        "Every benchmark and experiment of this project keeps its record in "
-        f"`{RESULTS}/<experiment>/README.md`: the question, the command, the host, the commit "
-        "and what it printed. The result files (JSON, configs, logs) sit beside each record "
-        "in the repository.",
-        "",
-    ]
-    for readme in readmes:
-        relative = readme.relative_to(results).as_posix()
-        title = _title(readme).replace("[", "\\[").replace("]", "\\]")
-        lines.append(f"- [{title}]({relative}) (`{RESULTS}/{relative}`)")
-    return "\n".join(lines) + "\n"
-
-
 def on_files(files: Files, *, config: MkDocsConfig) -> Files:
-    """Add the records and their PNGs under records/ (a generated index when none exists)."""
+    """Add the records (the index benchmarks/results/README.md among them) and their PNGs
+    under records/."""
     results = _root(config) / RESULTS
     _records.clear()
     if not results.is_dir():
@@ -99,11 +70,6 @@ def on_files(files: Files, *, config: MkDocsConfig) -> Files:
     for image in sorted(results.rglob("*.png")):
         src_uri = f"{PREFIX}/{image.relative_to(results).as_posix()}"
         files.append(File.generated(config, src_uri, abs_src_path=str(image)))
-    index = f"{PREFIX}/README.md"
-    if index not in _records:
-        content = _index(results, [r for r in readmes if r.parent != results])
-        files.append(File.generated(config, index, content=content))
-        _records[index] = RESULTS
     return files
 
 
@@ -121,9 +87,8 @@ def _resolve(target: str, page_uri: str, repo_dir: str, files: Files) -> tuple[s
             joined = posixpath.join(path, name) if path else name
             return joined + hash_ + fragment, None
     repo_path = posixpath.normpath(posixpath.join(repo_dir, path))
-    docs_dir = posixpath.basename(DOCS)
-    if repo_path.startswith(f"{docs_dir}/") and not path.endswith("/"):
-        page = repo_path.removeprefix(f"{docs_dir}/")
+    if repo_path.startswith(f"{DOCS}/") and not path.endswith("/"):
+        page = repo_path.removeprefix(f"{DOCS}/")
         if files.get_file_from_path(page) is not None:  # a page of this site, linked by its source
             return posixpath.relpath(page, here or ".") + hash_ + fragment, None
     if path.endswith("/"):
@@ -176,49 +141,11 @@ def _outside_code_spans(text: str, page_uri: str, repo_dir: str, files: Files) -
     return "".join(out)
 
 
-def _definitions(
-    lines: list[str], page_uri: str, repo_dir: str, files: Files
-) -> tuple[list[str], dict[str, str]]:
-    """Resolve reference definitions (`[label]: target`): kept, pointed at a directory's record,
-    or dropped; the dropped ones' labels (lower case) → the repository path to show instead."""
-    unresolved: dict[str, str] = {}
-    kept: list[str] = []
-    for line in lines:
-        match = _DEFINITION.match(line)
-        raw = match["target"] if match else ""
-        target = raw[1:-1] if raw.startswith("<") else raw
-        if match is None or not _is_relative(target):
-            kept.append(line)
-            continue
-        new, repo_path = _resolve(target, page_uri, repo_dir, files)
-        if repo_path is None:
-            kept.append(f"{match['indent']}[{match['label']}]: {new}{match['rest']}")
-        else:
-            unresolved[match["label"].lower()] = repo_path
-    return kept, unresolved
-
-
-def _references(text: str, unresolved: dict[str, str]) -> str:
-    """Replace the uses of dropped reference definitions: `[text][label]`, `[label][]` and
-    `[label]`."""
-    if not unresolved:
-        return text
-
-    def replace(match: re.Match[str]) -> str:
-        label = (match["label"] or match["text"]).lower()
-        repo_path = unresolved.get(label)
-        return match[0] if repo_path is None else _shown(match["text"], repo_path)
-
-    pattern = re.compile(r"(?<![\]!\\])\[(?P<text>[^\[\]]+)\](?:\[(?P<label>[^\[\]]*)\])?(?![(:])")
-    return pattern.sub(replace, text)
-
-
 def on_page_markdown(markdown: str, *, page: Page, config: MkDocsConfig, files: Files) -> str:
     """On a record's page, make every relative link resolve in the site or show its path."""
     repo_dir = _records.get(page.file.src_uri)
     if repo_dir is None:
         return markdown
-    lines, unresolved = _definitions(markdown.split("\n"), page.file.src_uri, repo_dir, files)
     out: list[str] = []
     prose: list[str] = []
     fence: str | None = None
@@ -227,13 +154,12 @@ def on_page_markdown(markdown: str, *, page: Page, config: MkDocsConfig, files: 
         if not prose:
             return
         text = "\n".join(prose)
-        text = _outside_code_spans(text, page.file.src_uri, repo_dir, files)
-        out.append(_references(text, unresolved))
+        out.append(_outside_code_spans(text, page.file.src_uri, repo_dir, files))
         prose.clear()
 
     indented = False  # inside an indented code block
     last = ""  # the last non-blank line of prose, to tell an indented code block from a list
-    for line in lines:
+    for line in markdown.split("\n"):
         match = _FENCE.match(line)
         if fence is None and match is not None:
             flush()
