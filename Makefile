@@ -81,17 +81,17 @@ bench: setup
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	mkdir -p $(BENCH_OUT)/trl-grpo
 	$(BIN)/python benchmarks/throughput.py --config configs/tiny.yaml --out $(BENCH_OUT)/throughput-tiny.json
-	$(BIN)/python benchmarks/throughput.py --config configs/demo.yaml --tasks 2 --repeats 2 --out $(BENCH_OUT)/throughput-demo.json
-	$(BIN)/python benchmarks/prefill_sharing.py --config configs/demo.yaml --out $(BENCH_OUT)/prefill-sharing-demo.json
+	$(BIN)/python benchmarks/throughput.py --config configs/demo-smollm2.yaml --tasks 2 --repeats 2 --out $(BENCH_OUT)/throughput-demo.json
+	$(BIN)/python benchmarks/prefill_sharing.py --config configs/demo-smollm2.yaml --out $(BENCH_OUT)/prefill-sharing-demo.json
 	$(BIN)/python benchmarks/choose_packing.py --config configs/learning-household.yaml --out $(BENCH_OUT)/choose-packing-household.json
 	$(BIN)/python benchmarks/choose_packing.py --config configs/learning-textworld.yaml --out $(BENCH_OUT)/choose-packing-textworld.json
 	$(BIN)/python benchmarks/orchestration.py --config configs/tiny.yaml --out $(BENCH_OUT)/orchestration-tiny.json
-	$(BIN)/python benchmarks/orchestration.py --config configs/demo.yaml --rounds 1 --out $(BENCH_OUT)/orchestration-demo.json
-	$(BIN)/python benchmarks/round_profile.py --config configs/demo.yaml --out $(BENCH_OUT)/round-profile-demo.json
+	$(BIN)/python benchmarks/orchestration.py --config configs/demo-smollm2.yaml --rounds 1 --out $(BENCH_OUT)/orchestration-demo.json
+	$(BIN)/python benchmarks/round_profile.py --config configs/demo-smollm2.yaml --out $(BENCH_OUT)/round-profile-demo.json
 	$(BIN)/python benchmarks/trl_grpo.py --config configs/tiny.yaml --samples 160 --out $(BENCH_OUT)/trl-grpo/tiny.json
 	$(BIN)/python benchmarks/trl_grpo.py --config benchmarks/results/trl-grpo/smollm2.yaml --out $(BENCH_OUT)/trl-grpo/smollm2.json
 	$(BIN)/python benchmarks/sft_speed.py --config configs/learning-household-3000.yaml --out $(BENCH_OUT)/sft-speed.json
-	$(BIN)/python benchmarks/demo_run.py --config configs/demo.yaml --out $(BENCH_OUT)/demo-run.json
+	$(BIN)/python benchmarks/demo_run.py --config configs/demo.yaml --fresh-cache --out $(BENCH_OUT)/demo-run.json
 	$(BIN)/python benchmarks/serve_load.py --out $(BENCH_OUT)/serve-load.json
 	$(BIN)/python benchmarks/serve_load.py --model embedded:smollm2-135m-instruct --out $(BENCH_OUT)/serve-load-smollm2.json
 	$(BIN)/python benchmarks/targets.py --results $(BENCH_OUT) --out $(BENCH_OUT)/targets-demo.json

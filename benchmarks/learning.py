@@ -26,15 +26,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 from common import git_commit, save
 
 from rlanything_core.base.schemas import read_dataset
 from rlanything_core.method.rloop import episodes
 from rlanything_core.method.signals import task_key
-from rlanything_core.method.stats import accuracy, as_metrics, paired_difference
+from rlanything_core.method.stats import accuracy, as_metrics
 from rlanything_core.run.config import load_config
 from rlanything_core.run.rundir import RunDir
+from rlanything_flows.train import paired_gain
 
 ROUND_KEYS = (
     "policy/accuracy",
@@ -72,16 +72,6 @@ def curve_point(point: dict[str, Any], split: str) -> dict[str, float] | None:
     }
 
 
-def per_task(run_dir: Path, step: int, split: str) -> pd.Series | None:
-    """Per held-out task: the share of its episodes won at curve step `step`, or None where the
-    step's episodes were not kept."""
-    path = run_dir / "eval" / f"step_{step:03d}" / f"{split}_rollouts.parquet"
-    if not path.is_file():
-        return None
-    played = episodes(read_dataset(path, "rollouts"))
-    return (played["outcome"] > 0).groupby(task_key(played)).mean()
-
-
 def verdict(curve: list[dict[str, Any]], split: str, run_dir: Path | None = None) -> dict[str, Any]:
     """Before (step 0) against the last step of one split: the gain, whether the 95 % intervals
     are apart, and (with the run directory) the paired difference on the tasks both steps played
@@ -100,13 +90,11 @@ def verdict(curve: list[dict[str, Any]], split: str, run_dir: Path | None = None
     }
     if run_dir is None:
         return found
-    before, after = per_task(run_dir, first_step, split), per_task(run_dir, last_step, split)
-    if before is None or after is None:
+    paired = paired_gain(run_dir, split, first_step, last_step)
+    if paired is None:
         return found
-    both = before.index.intersection(after.index)
-    paired = paired_difference(after[both].to_numpy(), before[both].to_numpy())
-    found["paired_gain_points"] = [round(100.0 * v, 2) for v in paired]
-    found["paired_tasks"] = len(both)
+    found["paired_gain_points"] = [round(100.0 * v, 2) for v in paired[0]]
+    found["paired_tasks"] = paired[1]
     return found
 
 

@@ -5,7 +5,7 @@ with random valid answers (each distinct prompt once, sorted by length as `gener
 them). For each batch size: the prefix all the batch's prompts share, and the median seconds of
 a prefill with the prefix computed once and with every prompt prefilled whole, alternating.
 
-    python benchmarks/prefill_sharing.py --config configs/demo.yaml \
+    python benchmarks/prefill_sharing.py --config configs/demo-smollm2.yaml \
         --out benchmarks/results/prefill-sharing-demo.json
 """
 
@@ -78,7 +78,7 @@ def measure(config_path: str, tasks: int, sizes: list[int], repeats: int) -> dic
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", default="configs/demo.yaml")
+    parser.add_argument("--config", default="configs/demo-smollm2.yaml")
     parser.add_argument("--tasks", type=int, default=16, help="household tasks to play")
     parser.add_argument("--sizes", default="2,8,16", help="batch sizes (distinct prompts)")
     parser.add_argument("--repeats", type=int, default=3, help="timed pairs after a warm-up")

@@ -25,7 +25,7 @@ forwards' FLOPs × (1 + trainable / parameters).
 Achieved FLOP/s are set against the peak of dense matmuls measured in the same process and
 thread count, in float32 and in bfloat16 (`--matmul-size` square matrices), as MFU.
 
-    python benchmarks/round_profile.py --config configs/demo.yaml --out results.json
+    python benchmarks/round_profile.py --config configs/demo-smollm2.yaml --out results.json
 """
 
 from __future__ import annotations
@@ -308,7 +308,7 @@ def report(profile: Profile, peaks: dict[str, float], model_dtype: str) -> dict[
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", default="configs/demo.yaml")
+    parser.add_argument("--config", default="configs/demo-smollm2.yaml")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--matmul-size", type=int, default=2048)
     parser.add_argument("--out", required=True)

@@ -156,38 +156,135 @@ def held_out_tables(summary: dict[str, Any]) -> list[Table]:
     return [change, curve]
 
 
-def _print_summary(summary: dict[str, Any], seconds: float) -> None:
-    table = Table(title=f"rlanything: {summary['run_dir']}")
-    table.add_column("round", justify="right")
-    for _, label in TABLE_COLUMNS:
-        table.add_column(label, justify="right")
-    for row in summary["rounds"]:
-        cells = [f"{row[key]:.3g}" if key in row else "–" for key, _ in TABLE_COLUMNS]
-        table.add_row(str(row["round"]), *cells)
-    console.print(table)
-    timing = (
-        [k for k in summary["rounds"][-1] if k.startswith("timing/")] if summary["rounds"] else []
+def _percent(row: dict[str, Any], key: str) -> str:
+    """`key` in percent with its 95 % interval: "35.1 [31.1, 39.1]"."""
+    value, low, high = (row.get(k, math.nan) for k in (key, f"{key}_ci_low", f"{key}_ci_high"))
+    if math.isnan(value):
+        return "n/a"
+    interval = "" if math.isnan(low) else f" [{low * 100:.1f}, {high * 100:.1f}]"
+    return f"{value * 100:.1f}{interval}"
+
+
+def _gain(after: dict[str, Any]) -> tuple[str, str]:
+    """The paired gain from Before as a cell, "+13.0 [+8.0, +18.0]" (points), and a sentence
+    that says what it means."""
+    value, low, high = (after.get(f"policy_gain{s}", math.nan) for s in ("", "_ci_low", "_ci_high"))
+    if math.isnan(value) or math.isnan(low):
+        return "n/a", ""
+    tasks = after.get("policy_gain_tasks", math.nan)
+    interval = f"95 % interval {low * 100:+.1f} to {high * 100:+.1f}, paired over {tasks:.0f} tasks"
+    if low > 0:
+        verdict = f"The policy got better: {value * 100:+.1f} points held out ({interval})."
+    elif high < 0:
+        verdict = f"The policy got worse: {value * 100:+.1f} points held out ({interval})."
+    else:
+        verdict = f"No change in the policy that the interval can tell ({interval})."
+    return f"{value * 100:+.1f} [{low * 100:+.1f}, {high * 100:+.1f}]", verdict
+
+
+_SHORT = {
+    "rose (intervals apart)": "rose",
+    "fell (intervals apart)": "fell",
+    "no change that the intervals can tell": "no clear change",
+}
+
+
+def result_table(summary: dict[str, Any]) -> tuple[Table, str] | None:
+    """The end of a run: one short table, Before (round 0) → After (the last evaluated round)
+    on the held-out tasks, of the policy's accuracy (its change the paired gain, tasks as units),
+    the reward model's balanced process accuracy and the tasks accepted; and a sentence on the
+    policy's gain. None when the run evaluated fewer than two steps."""
+    points = sorted(summary.get("eval", []), key=lambda p: p["step"])
+    if len(points) < 2:
+        return None
+    split = "id" if "eval/id/policy_accuracy" in points[0] else "ood"
+    prefix = f"eval/{split}/"
+    before, after = (
+        {k.removeprefix(prefix): v for k, v in p.items() if k.startswith(prefix)}
+        for p in (points[0], points[-1])
     )
-    if timing:
-        last = summary["rounds"][-1]
-        console.print(
-            "stage seconds (last round): "
-            + ", ".join(
-                f"{k.removeprefix('timing/').removesuffix('_s')} {last[k]:.1f}" for k in timing
+    last = points[-1]["step"]
+    judge = (
+        f"; the RM's plain accuracy {after['rm_process_accuracy'] * 100:.1f} % against a "
+        f"majority baseline of {after['rm_process_majority_baseline'] * 100:.1f} %"
+        if "rm_process_majority_baseline" in after
+        else ""
+    )
+    table = Table(
+        title=f"held out ({split}): Before (round 0) → After (round {last}), in %",
+        caption="95 % intervals clustered by task; the policy's change is the paired gain in "
+        "points; balanced accuracy is the mean recall of both verdicts, 50 by chance" + judge,
+    )
+    for column in ("", "Before", "After", "change", "n"):
+        table.add_column(column, justify="left" if column in ("", "change") else "right",
+                         no_wrap=column in ("Before", "After"))  # fmt: skip
+    gain, sentence = _gain(after)
+    table.add_row(
+        "policy accuracy",
+        _percent(before, "policy_accuracy"),
+        _percent(after, "policy_accuracy"),
+        gain,
+        f"{after.get('episodes', math.nan):.0f} ep.",
+    )
+    if "rm_process_balanced_accuracy" in after:
+        table.add_row(
+            "RM step accuracy, balanced",
+            _percent(before, "rm_process_balanced_accuracy"),
+            _percent(after, "rm_process_balanced_accuracy"),
+            _SHORT.get(_apart(before, after, "rm_process_balanced_accuracy"), "n/a"),
+            f"{after.get('rm_steps', math.nan):.0f} steps",
+        )
+    rounds = {row["round"]: row for row in summary.get("rounds", [])}
+    trained = [rounds[r] for r in range(last) if r in rounds]
+    if trained and "env/candidates" in trained[0]:
+        accepted = sum(row.get("env/accepted_tasks", 0) for row in trained)
+        proposed = sum(row.get("env/candidates", 0) for row in trained)
+        table.add_row(
+            "tasks accepted", "0", f"{accepted:.0f}", f"of {proposed:.0f} rewrites",
+            f"{len(trained)} rounds",
+        )  # fmt: skip
+    return table, sentence
+
+
+def _print_summary(summary: dict[str, Any], seconds: float, details: bool = False) -> None:
+    """What `train` and `resume` print at the end: the result table, the learning-curve plot and
+    the commands that open the Prefect and MLflow UIs on this run; the per-round table, the stage
+    seconds and the full held-out tables first with `details` (or when nothing was evaluated)."""
+    result = result_table(summary)
+    if details or result is None:
+        table = Table(title=f"per round: {summary['run_dir']}")
+        table.add_column("round", justify="right")
+        for _, label in TABLE_COLUMNS:
+            table.add_column(label, justify="right")
+        for row in summary["rounds"]:
+            cells = [f"{row[key]:.3g}" if key in row else "–" for key, _ in TABLE_COLUMNS]
+            table.add_row(str(row["round"]), *cells)
+        console.print(table)
+        last = summary["rounds"][-1] if summary["rounds"] else {}
+        timing = [k for k in last if k.startswith("timing/")]
+        if timing:
+            console.print(
+                "stage seconds (last round): "
+                + ", ".join(
+                    f"{k.removeprefix('timing/').removesuffix('_s')} {last[k]:.1f}" for k in timing
+                )
             )
-        )
-    for held_out in held_out_tables(summary):
-        console.print(held_out)
-    if summary.get("eval"):
-        curve_png = Path(summary["run_dir"]) / "plots" / "learning_curve.png"
+        for held_out in held_out_tables(summary):
+            console.print(held_out)
+    if result is not None:
+        console.print(result[0])
+        if result[1]:
+            console.print(result[1])
         console.print(
-            f"learning curve: {curve_png}; tasks accepted in all rounds: "
-            f"{summary.get('accepted_tasks_total', 0):.0f}"
+            f"learning curve: {Path(summary['run_dir']) / 'plots' / 'learning_curve.png'}"
         )
+    else:
+        console.print(f"tasks accepted in all rounds: {summary.get('accepted_tasks_total', 0):.0f}")
     flow_run_id = summary["prefect_flow_run_ids"][-1]
     console.print(f"finished in {seconds:.0f} s; files in {summary['run_dir']}")
-    console.print(f"Prefect UI:  {prefect_ui_hint(flow_run_id)}")
-    console.print(f"MLflow UI:   {summary['mlflow_ui']}")
+    # soft_wrap: a command or a link broken over two lines cannot be pasted
+    console.print(f"Prefect UI:  {prefect_ui_hint(flow_run_id)}", soft_wrap=True)
+    console.print(f"MLflow UI:   {summary['mlflow_ui']}", soft_wrap=True)
 
 
 def prefect_ui_hint(flow_run_id: str) -> str:
@@ -215,7 +312,7 @@ def _train(args: argparse.Namespace) -> int:
         updates["seed"] = args.seed
     config = config.model_copy(update=updates)
     run_dir = args.run_dir or f"runs/{Path(args.config).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
-    return _run(config, run_dir)
+    return _run(config, run_dir, args.details)
 
 
 def _resume(args: argparse.Namespace) -> int:
@@ -226,7 +323,7 @@ def _resume(args: argparse.Namespace) -> int:
     if not run.config_path.is_file():
         console.print(f"[red]{run.root} holds no config.yaml: not a run directory.[/red]")
         return 2
-    return _run(load_config(run.config_path), str(run.root))
+    return _run(load_config(run.config_path), str(run.root), args.details)
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -421,7 +518,7 @@ class TracebacksToFile(logging.Filter):
             fh.write(text.rstrip("\n") + "\n\n")
 
 
-def _run(config: Any, run_dir: str) -> int:
+def _run(config: Any, run_dir: str, details: bool = False) -> int:
     """Train in `run_dir`. A failure prints one `error:` line (exit 2); every traceback, Prefect's
     included, goes to $RLANYTHING_DATA/logs/, which that line names."""
     _prefect_defaults()
@@ -452,9 +549,14 @@ def _run(config: Any, run_dir: str) -> int:
     finally:
         for handler in handlers:
             handler.removeFilter(quiet)
-    _print_summary(summary, time.perf_counter() - start)
+    _print_summary(summary, time.perf_counter() - start, details)
     return 0
 
+
+DETAILS_HELP = (
+    "also print the per-round table, the last round's stage seconds and every held-out metric's "
+    "Before → After and curve (summary.json and MLflow hold them either way)"
+)
 
 DESCRIPTION = (
     "Train LLM agents with RLAnything (arXiv 2602.02488): a policy, a generative reward model and "
@@ -496,6 +598,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the run's files go (default: runs/<config name>-<date>-<time>)",
     )
     train.add_argument("--seed", type=int, metavar="S", help="override the config's base seed")
+    train.add_argument("--details", action="store_true", help=DETAILS_HELP)
     train.set_defaults(func=_train)
 
     resume = sub.add_parser(
@@ -507,6 +610,7 @@ def build_parser() -> argparse.ArgumentParser:
     resume.add_argument(
         "--run-dir", required=True, metavar="DIR", help="the run directory to continue"
     )
+    resume.add_argument("--details", action="store_true", help=DETAILS_HELP)
     resume.set_defaults(func=_resume)
 
     ev = sub.add_parser(

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from datetime import UTC
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -28,7 +30,9 @@ from prefect.client.schemas.objects import StateType
 from prefect.runtime import flow_run
 from prefect.states import Completed, Crashed
 
-from rlanything_core.base.schemas import write_dataset
+from rlanything_core.base.schemas import read_dataset, write_dataset
+from rlanything_core.method.rloop import success_rates
+from rlanything_core.method.stats import Estimate, paired_difference
 from rlanything_core.run.config import ConfigError, RunConfig, load_config
 from rlanything_core.run.pool import initial_pool
 from rlanything_core.run.rundir import WARM_START, RunDir, write_json
@@ -233,7 +237,39 @@ def learning_curve(
                 parent_run_id=tracker.parent_id,
                 splits=config.evaluation.curve_splits,
             )
+        if step > 0:
+            metrics |= paired_gains(run, step, config.evaluation.curve_splits)
         tracker.log_eval(step, metrics)
         summary.setdefault("eval", []).append({"step": step, **metrics})
         write_json(run.summary_path, summary)
         tracker.log_learning_curve(summary["eval"])
+
+
+def paired_gain(root: Path, split: str, first: int, last: int) -> tuple[Estimate, int] | None:
+    """The policy's held-out gain from learning-curve step `first` to `last` on `split`: D, the
+    mean over the tasks both steps played of (a task's share of episodes won at `last` − at
+    `first`), with its 95 % interval, tasks as units (`stats.paired_difference`); and the number
+    of tasks. None where either step's episodes are not in the run directory `root`. The curve
+    plays the same tasks at every step, so the pairing removes what makes one task easier than
+    another."""
+    files = [root / "eval" / f"step_{s:03d}" / f"{split}_rollouts.parquet" for s in (first, last)]
+    if not all(f.is_file() for f in files):
+        return None
+    before, after = (success_rates(read_dataset(f, "rollouts")) for f in files)
+    both = before.index.intersection(after.index)
+    return paired_difference(after[both].to_numpy(float), before[both].to_numpy(float)), len(both)
+
+
+def paired_gains(run: RunDir, step: int, splits: Sequence[str]) -> dict[str, float]:
+    """`paired_gain` from step 0 to `step` for each split, as eval/<split>/policy_gain with
+    _ci_low and _ci_high, and the tasks it rests on as eval/<split>/policy_gain_tasks."""
+    found: dict[str, float] = {}
+    for split in splits:
+        paired = paired_gain(run.root, split, 0, step)
+        if paired is None:
+            continue
+        (value, low, high), tasks = paired
+        key = f"eval/{split}/policy_gain"
+        found |= {key: value, f"{key}_ci_low": low, f"{key}_ci_high": high,
+                  f"{key}_tasks": float(tasks)}  # fmt: skip
+    return found

@@ -11,6 +11,7 @@ from rlanything_core.base import failpoints
 from rlanything_core.base.schemas import rows_frame, write_dataset
 from rlanything_core.models.sft import tokenize_demos
 from rlanything_core.models.training import sft_finetune
+from rlanything_core.run import warm_cache
 from rlanything_core.run.config import RunConfig
 from rlanything_core.run.rundir import Inputs, RunDir, write_json
 from rlanything_core.run.warm_start import sft_rows, warm_start_demos
@@ -66,6 +67,13 @@ def warm_start_role(config: RunConfig, run: RunDir, role: str) -> tuple[Outputs,
     lora_rank = settings.lora_rank if role == "env_model" else settings.update.lora_rank
     demos = warm_start_demos(config, role, ws)
     out = run.warm_start_checkpoint(role)
+    path = run.root / "warm_start" / f"{role}_sft.parquet"
+    key = warm_cache.warm_start_key(config, role, demos) if ws.cache else None
+    cached = warm_cache.restore(role, key, out, path) if key else None
+    if cached is not None:
+        print(f"warm start {role}: reused from the cache ({warm_cache.entry(role, str(key))})",
+              flush=True)  # fmt: skip
+        return _finish(run, role, out, path, cached)
     steps = ws.epochs * math.ceil(len(demos) / ws.micro_batch_size)
     with progress(f"warm start {role}", total=steps) as advance, failpoints.part(role):
         m, pairs = sft_finetune(
@@ -85,15 +93,23 @@ def warm_start_role(config: RunConfig, run: RunDir, role: str) -> tuple[Outputs,
             on_step=advance,
         )
     rows = sft_rows(role, demos, pairs, seed=config.seed, checkpoint=run.label(str(out)))
-    path = run.root / "warm_start" / f"{role}_sft.parquet"
-    done: Outputs = {
-        f"{role}_sft": str(write_dataset(rows_frame(rows, "sft_samples"), path, "sft_samples")),
-        f"{role}_checkpoint": str(out),
-    }
+    write_dataset(rows_frame(rows, "sft_samples"), path, "sft_samples")
     scores: Metrics = {
         f"{role}/warm_start_loss": m["sft_loss"],
         f"{role}/warm_start_pairs": float(len(demos)),
     }
+    if key:
+        warm_cache.store(role, key, out, path, scores)
+    return _finish(run, role, out, path, scores)
+
+
+def _finish(
+    run: RunDir, role: str, out: Path, path: Path, scores: Metrics
+) -> tuple[Outputs, Metrics]:
+    """Record a role's finished warm start (its checkpoint `out` and SFT dataset `path`) in
+    `warm_start/<role>.json`, written last."""
+    done: Outputs = {f"{role}_sft": str(path), f"{role}_checkpoint": str(out)}
+    finished = run.warm_start_record(role)
     # relative to the run directory, as the stage markers are: a moved run keeps them
     write_json(finished, {"outputs": {k: run.label(v) for k, v in done.items()},
                           "metrics": scores})  # fmt: skip

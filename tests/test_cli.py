@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,44 @@ def test_an_rm_answering_the_majority_verdict_is_not_called_a_gain() -> None:
     assert "not above" not in near and "its interval reaches the majority baseline" in near
     # Right everywhere: a gain, no note.
     assert "majority baseline" not in raw_line(np.ones(105, dtype=bool)).split("majority 0")[0]
+
+
+def test_the_end_of_a_run_is_one_short_table_with_the_paired_gain() -> None:
+    from rich.console import Console
+
+    from rlanything_flows.cli import result_table
+
+    assert result_table({"eval": [_point(0, 0.2, 0.1, 0.3, 0.5)]}) is None  # no After yet
+    after = _point(2, 0.45, 0.35, 0.55, 0.58) | {
+        "eval/id/policy_gain": 0.25,
+        "eval/id/policy_gain_ci_low": 0.12,
+        "eval/id/policy_gain_ci_high": 0.38,
+        "eval/id/policy_gain_tasks": 64.0,
+    }
+    rounds = [
+        {"round": r, "env/candidates": 8.0, "env/accepted_tasks": float(r + 1)} for r in range(3)
+    ]
+    summary = {"eval": [after, _point(0, 0.2, 0.1, 0.3, 0.5)], "rounds": rounds}
+    screen = Console(width=100, record=True)
+    table, sentence = result_table(summary)
+    screen.print(table)
+    text = screen.export_text()
+    assert sentence == (
+        "The policy got better: +25.0 points held out "
+        "(95 % interval +12.0 to +38.0, paired over 64 tasks)."
+    )
+    assert max(len(line) for line in text.splitlines()) <= 100  # no wider than a terminal
+    assert "Before (round 0) → After (round 2)" in text
+    policy = next(line for line in text.splitlines() if "policy accuracy" in line)
+    assert "20.0 [10.0, 30.0]" in policy and "45.0 [35.0, 55.0]" in policy
+    assert "+25.0 [+12.0, +38.0]" in policy and "64 ep." in policy
+    judge = next(line for line in text.splitlines() if "RM step accuracy" in line)
+    assert "50.0 [40.0, 60.0]" in judge and "58.0 [48.0, 68.0]" in judge
+    assert "no clear change" in judge and "300 steps" in judge
+    assert "plain accuracy 70.0 % against a majority baseline of 75.0 %" in " ".join(text.split())
+    # the rounds the After point was trained by (0 and 1), not round 2, which it did not see
+    accepted = next(line for line in text.splitlines() if "tasks accepted" in line)
+    assert re.search(r"\s0 │\s+3 │ of 16 rewrites", accepted), accepted
+    # an interval that reaches 0 is no gain
+    summary["eval"][0] = after | {"eval/id/policy_gain_ci_low": -0.01}
+    assert result_table(summary)[1].startswith("No change in the policy that the interval can tell")

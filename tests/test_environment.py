@@ -240,3 +240,25 @@ def test_env_model_warm_start_teaches_the_critique_its_rewrites_carry() -> None:
         for steps in ("", " The reviewer flags steps that make no progress.",
                       " The reviewer approves its steps.")
     }  # fmt: skip
+
+
+def test_household_rewrite_example_points_the_asked_way() -> None:
+    """A model that copies the prompt's example moves the task the asked way: more steps for an
+    easier task, more distractors for a harder one, within the fields' ranges."""
+    env = make_environment("household", {"goals": ["put"]}, "id")[0]
+    spec = env.parse_spec(
+        {"goal_type": "put", "object": "mug", "target": "desk", "num_rooms": 1,
+         "num_distractors": 1, "max_steps": 12, "layout_seed": 7}
+    )  # fmt: skip
+
+    def example(direction: str) -> dict[str, int]:
+        asked = env.rewrite_messages(spec, direction, 0.0, "The agent fails this task.")
+        text = asked[-1]["content"]
+        assert f"Make it {direction}." in text
+        return json.loads(text.rsplit("for example ", 1)[1].removesuffix("."))
+
+    assert example("easier") == {"max_steps": 20}
+    assert example("harder") == {"num_distractors": 3}
+    for direction in ("easier", "harder"):
+        proposed, error = env.parse_proposal(json.dumps(example(direction)), spec)
+        assert error is None and proposed is not None

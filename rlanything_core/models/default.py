@@ -8,8 +8,10 @@ with `from_config` first. Nothing is downloaded.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 from rlanything_core.base.paths import cache_root
@@ -67,7 +69,8 @@ def ensure_default_model() -> Path:
     if hasattr(transformers, "GgufConfig"):
         # transformers ≥ 5.23 keeps GGUF weights packed unless told to unpack them.
         unpack["quantization_config"] = transformers.GgufConfig(dequantize=True)
-    with no_weight_bars():
+    print(f"converting {src.name} into {target} (once)", flush=True)
+    with no_weight_bars(), _no_gguf_bar():
         loaded = AutoModelForCausalLM.from_pretrained(
             src.parent, gguf_file=src.name, dtype=torch.float32, **unpack
         )
@@ -85,6 +88,25 @@ def ensure_default_model() -> Path:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
     return target
+
+
+@contextlib.contextmanager
+def _no_gguf_bar() -> Iterator[None]:
+    """transformers' "Converting and de-quantizing GGUF tensors" bar off: it is a plain tqdm bar
+    that transformers' own switch for progress bars does not reach."""
+    from functools import partial
+
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+    bar = getattr(gguf_utils, "tqdm", None)
+    if bar is None:
+        yield
+        return
+    gguf_utils.tqdm = partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = bar
 
 
 def _is_dense_checkpoint(path: Path) -> bool:

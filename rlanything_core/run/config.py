@@ -80,6 +80,12 @@ class WarmStartConfig(_Strict):
     fast a step for the tiny household policy (benchmarks/results/sft-speed.json). Off by
     default: with it (and bfloat16) a constant-rate warm start ended far weaker
     (benchmarks/results/learning/README.md)."""
+    cache: bool = True
+    """Keep the finished warm start in the user's cache directory (`$RLANYTHING_CACHE`, else
+    ~/.cache/rlanything, under warm-starts/) and reuse it in a later run whose warm start would
+    be the same: the same role, base model, device and dtype, LoRA rank, warm-start settings,
+    seed and demonstrations (a hash of them all names the entry). False trains it in every run
+    (the fault-injection tests do, to kill runs inside it)."""
     max_forward_tokens: int | None = Field(None, ge=1)
     """At most this many tokens (rows × longest row, padding included) in one forward pass: a
     micro-batch longer than that runs as several passes whose gradients add up before its one
