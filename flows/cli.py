@@ -241,7 +241,7 @@ def result_table(summary: dict[str, Any]) -> tuple[Table, str] | None:
         proposed = sum(row.get("env/candidates", 0) for row in trained)
         table.add_row(
             "tasks accepted", "0", f"{accepted:.0f}", f"of {proposed:.0f} rewrites",
-            f"{len(trained)} rounds",
+            f"{len(trained)} round{'s' if len(trained) > 1 else ''}",
         )  # fmt: skip
     return table, sentence
 
