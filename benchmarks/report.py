@@ -215,11 +215,12 @@ def rows() -> list[tuple[str, str, str]]:
     demo = _load("demo-run")
     if demo:
         flags = ", ".join(demo["machine"]["cpu_flags"])
+        first = demo["runs"][0] if "runs" in demo else demo  # files before the second run
         out.append(
             (
                 f"`make run`'s training alone ({demo['config']}; {flags})",
-                f"**{demo['wall_seconds']:.0f} s** wall (warm starts, {len(demo['rounds'])} "
-                f"rounds and {len(demo['eval'])} held-out evaluations), peak RSS "
+                f"**{demo['wall_seconds']:.0f} s** wall (warm starts, {len(first['rounds'])} "
+                f"rounds and {len(first['eval'])} held-out evaluations), peak RSS "
                 f"**{demo['peak_rss_tree_mb']:.0f} MB** (process tree); commit {demo['commit']}",
                 "demo-run.json",
             )

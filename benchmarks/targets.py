@@ -97,7 +97,8 @@ TARGETS: list[tuple[str, str, Callable[[dict[str, Any]], float], float, str, str
         demo_wall_seconds,
         600.0,
         "max",
-        "a demo config with held-out evaluation sized to fit; generation is most of a round",
+        "the tiny policy's and reward model's warm starts, about 315 of the cold run's seconds "
+        "(results/demo-loop/); a second run reuses them from the cache",
     ),
     (
         "demo peak RSS, GB (process tree)",
