@@ -52,6 +52,7 @@ from rlanything_core.method.signals import judge_gain, task_key
 from rlanything_core.method.stats import CI_SUFFIXES, as_metrics, paired_difference
 from rlanything_core.run.config import Mode, RunConfig
 from rlanything_core.run.rundir import WARM_START, RunDir, write_json
+from rlanything_core.run.warm_start import warm_start_roles
 from rlanything_flows.evaluate import (
     SPLITS,
     held_out_digest,
@@ -64,7 +65,6 @@ from rlanything_flows.tracking import plot_heldout, plot_rows
 from rlanything_flows.train import rlanything_train
 from rlanything_tasks.common import run_stage
 from rlanything_tasks.stages import warm_start
-from rlanything_tasks.warm_start import warm_start_roles
 
 
 @dataclass(frozen=True)

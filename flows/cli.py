@@ -311,8 +311,56 @@ def _train(args: argparse.Namespace) -> int:
     if args.seed is not None:
         updates["seed"] = args.seed
     config = config.model_copy(update=updates)
+    if not _contract_holds(config):
+        return 2
     run_dir = args.run_dir or f"runs/{Path(args.config).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     return _run(config, run_dir, args.details)
+
+
+def _contract_holds(config: Any) -> bool:
+    """`check-env`'s model-free checks before training: a failure the loop cannot cope with
+    stops the run (False); one it copes with is printed and the run goes on."""
+    from rlanything_core.run.envcheck import contract_checks
+
+    env = config.environment
+    checks = contract_checks(
+        env.env, num_tasks=env.num_tasks, seed=env.seed, max_steps=env.max_episode_steps
+    )
+    for check in checks:
+        if not check.passed:
+            note = " (the run goes on)" if check.absorbed else ""
+            console.print(
+                f"environment check {check.line()}{note}",
+                soft_wrap=True,
+                highlight=False,
+                markup=False,
+            )
+    if all(c.passed or c.absorbed for c in checks):
+        return True
+    console.print(
+        "[red]error:[/red] the environment breaks its contract (above); "
+        "`rlanything check-env CONFIG` runs every check",
+        soft_wrap=True,
+    )
+    return False
+
+
+def _check_env(args: argparse.Namespace) -> int:
+    from rlanything_core.run.config import load_config
+    from rlanything_core.run.envcheck import contract_checks, demo_length_checks
+
+    config = load_config(args.config)
+    env = config.environment
+    console.print(f"checking environment {env.name!r} ({type(env.env).__name__})")
+    checks = contract_checks(
+        env.env, num_tasks=env.num_tasks, seed=env.seed, max_steps=env.max_episode_steps
+    )
+    checks += demo_length_checks(config)
+    for check in checks:
+        console.print(check.line(), soft_wrap=True, highlight=False, markup=False)
+    failed = sum(not c.passed for c in checks)
+    console.print(f"{len(checks) - failed} passed, {failed} failed")
+    return 2 if failed else 0
 
 
 def _resume(args: argparse.Namespace) -> int:
@@ -600,6 +648,19 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--seed", type=int, metavar="S", help="override the config's base seed")
     train.add_argument("--details", action="store_true", help=DETAILS_HELP)
     train.set_defaults(func=_train)
+
+    ce = sub.add_parser(
+        "check-env",
+        help="check an environment against the contract, in seconds, without a model",
+        description="Load the config's environment as `train` does and check its contract: "
+        "generated tasks parse, specs round-trip through to_json and parse_spec, bad specs "
+        "raise SpecError, episodes driven by random and by junk answers end within the step "
+        "limit, the rewrite example is a valid rewrite, and every warm-start demonstration fits "
+        "its role's max_new_tokens in that role's tokenizer. One line per check; exit 2 on a "
+        "failure. `train` runs the model-free checks before it starts.",
+    )
+    ce.add_argument("config", metavar="CONFIG", help="YAML config whose environment to check")
+    ce.set_defaults(func=_check_env)
 
     resume = sub.add_parser(
         "resume",

@@ -26,6 +26,7 @@ from rlanything_core.base.seeding import derive_seed
 from rlanything_core.envs.interface import TaskRef
 from rlanything_core.method.rloop import episodes, pass_at_k_per_task
 from rlanything_core.method.signals import (
+    cut_episodes,
     judge_metrics,
     outcome_verdicts,
     task_key,
@@ -211,6 +212,7 @@ def policy_metrics(split: str, rollouts: pd.DataFrame) -> dict[str, float]:
     metrics[f"{prefix}/episodes"] = float(len(played))
     metrics[f"{prefix}/tasks"] = float(tasks.nunique())
     metrics[f"{prefix}/steps"] = float(len(rollouts))
+    metrics[f"{prefix}/cut_episodes"] = float(cut_episodes(rollouts))
     return metrics
 
 

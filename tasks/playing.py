@@ -65,6 +65,7 @@ def play_tasks(
             purpose=purpose,
             screens=Screens(screens, root),
             on_episodes=advance,
+            max_steps=config.environment.max_episode_steps,
         )
 
 
@@ -192,6 +193,7 @@ def play_shard(
         sampling=sampling_of(config.policy),
         purpose=purpose,
         screens=Screens(screens, root),
+        max_steps=config.environment.max_episode_steps,
     )
 
 

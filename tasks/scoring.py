@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from rlanything_core.envs.interface import TaskRef
+from rlanything_core.method.signals import cut_episodes
 from rlanything_core.models.engines import open_engine
 from rlanything_core.run.config import RunConfig
 from rlanything_core.run.pool import round_batch
@@ -26,6 +27,16 @@ def rollout(config: RunConfig, run: RunDir, r: int, inputs: Inputs) -> tuple[Out
     tasks = round_tasks(config, inputs.read("tasks"), r)
     source = run.model_before("policy", r, config.policy.model.source)
     rows = play_policy(config, run, r, source, tasks, "rollout")
+    cut = cut_episodes(
+        pd.DataFrame(rows, columns=["task_id", "task_version", "rollout_idx", "done"])
+    )
+    if cut:
+        print(
+            f"round {r} rollout: {cut} episodes reached the step limit without ending and count as "
+            f"failed (environment.max_episode_steps: {config.environment.max_episode_steps}, or "
+            "the task's max_steps); an episode should set done when it ends.",
+            flush=True,
+        )
     return {"rollouts": run.write(rows, r, "rollouts")}, {"rollout/steps": float(len(rows))}
 
 

@@ -13,8 +13,9 @@ from rlanything_core.models.sft import tokenize_demos
 from rlanything_core.models.training import sft_finetune
 from rlanything_core.run import warm_cache
 from rlanything_core.run.config import RunConfig
+from rlanything_core.run.envcheck import answer_limit, answer_overflow
 from rlanything_core.run.rundir import Inputs, RunDir, write_json
-from rlanything_core.run.warm_start import sft_rows, warm_start_demos
+from rlanything_core.run.warm_start import sft_rows, warm_start_demos, warm_start_roles
 from rlanything_tasks.common import progress, stage_task
 from rlanything_tasks.playing import Metrics, Outputs
 
@@ -37,18 +38,7 @@ def warm_start(config: RunConfig, run: RunDir, r: int, inputs: Inputs) -> tuple[
     return outputs, metrics
 
 
-ROLES = ("policy", "reward_model", "env_model")
-
-
-def warm_start_roles(config: RunConfig) -> list[str]:
-    """The roles the warm start trains, in its order: those whose warm_start is enabled (the
-    reward model only where the mode uses one)."""
-    return [
-        role
-        for role in ROLES
-        if getattr(config, role).warm_start.enabled
-        and (role != "reward_model" or config.uses_reward_model)
-    ]
+Pairs = list[tuple[list[int], list[int]]]
 
 
 def warm_start_role(config: RunConfig, run: RunDir, role: str) -> tuple[Outputs, Metrics]:
@@ -79,7 +69,7 @@ def warm_start_role(config: RunConfig, run: RunDir, role: str) -> tuple[Outputs,
         m, pairs = sft_finetune(
             model.source,
             out,
-            lambda tokenizer, demos=demos: tokenize_demos(tokenizer, demos),
+            lambda tokenizer, demos=demos: _fitting(config, role, tokenize_demos(tokenizer, demos)),
             device=model.device,
             dtype=model.dtype,
             lora_rank=lora_rank,
@@ -101,6 +91,18 @@ def warm_start_role(config: RunConfig, run: RunDir, role: str) -> tuple[Outputs,
     if key:
         warm_cache.store(role, key, out, path, scores)
     return _finish(run, role, out, path, scores)
+
+
+def _fitting(config: RunConfig, role: str, pairs: Pairs) -> Pairs:
+    """`pairs`, after one line saying so when some answers are longer than the role may
+    generate: the model then learns answers it is cut off writing (`rlanything check-env`
+    fails on the same)."""
+    if getattr(getattr(config, role), "answers", "generate") != "choose":
+        lengths = [len(answer) - 1 for _, answer in pairs]  # less the EOS
+        problem = answer_overflow(role, lengths, answer_limit(config, role))
+        if problem:
+            print(f"warm start {role}: {problem}.", flush=True)
+    return pairs
 
 
 def _finish(

@@ -308,7 +308,9 @@ def test_grouping_and_outcome_weight_are_checked_against_the_config() -> None:
 
 
 def _one_task(steps: list[tuple[int, int]], **columns: object) -> pd.DataFrame:
-    """Rollout rows of task "t" (version 1, round 0): (rollout, step index) each, plus `columns`."""
+    """Rollout rows of task "t" (version 1, round 0): (rollout, step index) each, plus `columns`;
+    each rollout's last step is `done`."""
+    last = {g: max(i for h, i in steps if h == g) for g, _ in steps}
     return pd.DataFrame(
         {
             "round": 0,
@@ -318,6 +320,7 @@ def _one_task(steps: list[tuple[int, int]], **columns: object) -> pd.DataFrame:
             "step_idx": [i for _, i in steps],
             "seed": 0,
             "checkpoint": "c",
+            "done": [i == last[g] for g, i in steps],
             **columns,
         }
     )

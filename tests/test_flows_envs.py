@@ -320,9 +320,10 @@ def test_textworld_two_rounds_on_generated_games(tmp_path: Path) -> None:
 def test_a_user_environment_named_by_its_file_trains_through_the_whole_loop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """examples/corridor (docs/own-environment.md), outside the package and named by its
-    file: two rounds of every stage on its episodes, its judge prompt, its rewrite prompt and
-    its spec validation, with valid proposals played by the acceptance check; eval too."""
+    """examples/corridor (the smaller example of docs/own-environment.md), outside the package
+    and named by its file: two rounds of every stage on its episodes, its judge prompt, its
+    rewrite prompt and its spec validation, with valid proposals played by the acceptance
+    check; eval too."""
     monkeypatch.chdir(ROOT)
     config = load_config(ROOT / "examples" / "corridor" / "config.yaml")
     run = RunDir(tmp_path / "run")

@@ -149,7 +149,7 @@ def _episodes(outcomes: dict[str, list[int]]) -> pd.DataFrame:
     """One-step episodes of an eval split: task → outcomes (+1 / −1) of its episodes."""
     rows = [
         {"round": 0, "task_id": task, "task_version": 1, "rollout_idx": g, "outcome": o,
-         "action_valid": True}
+         "action_valid": True, "done": True}
         for task, played in outcomes.items()
         for g, o in enumerate(played)
     ]  # fmt: skip

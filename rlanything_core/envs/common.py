@@ -55,22 +55,39 @@ class Move:
 
 
 class Episode(Protocol):
-    """One episode an agent plays: the rollout loop prompts it, samples, and calls `act`."""
+    """One episode an agent plays. Every member here is read by the loop; nothing else is.
+
+    The rollout stage steps all episodes in lockstep: while an episode is not `done` (and has
+    taken fewer steps than its step limit, see below), it records `observation`, samples the
+    policy's answer to `messages()`, calls `act(answer)` and stores the returned `Move` as one
+    rollouts row. Then `success` gives the episode's outcome.
+
+    An episode must end by itself: set `done` when the goal is reached or the task's step
+    limit is spent. The loop also stops an episode at the smaller of its spec's `max_steps`
+    (where the spec has that field) and `environment.max_episode_steps`; one stopped there
+    counts as failed (`policy/cut_episodes`), and `rlanything check-env` reports it.
+    """
 
     goal_text: str
+    """The goal in words: the rollouts' `goal` column and the reward model's prompt."""
     observation: str
+    """What the policy sees before the next step (the rollouts' `observation` column)."""
     steps_taken: int
+    """Steps taken so far: the next step's index (`step_idx`), part of its sample seed."""
     done: bool
+    """The episode has ended (won, lost or out of steps); the loop stops stepping it."""
     success: bool
+    """Read once the episode is done: the outcome is +1 when true, else -1."""
     screenshot: str | None
-    """Gui: the path of the screenshot of `observation`; None elsewhere."""
+    """The path of the screenshot of `observation` (gui); None in text environments."""
 
     def messages(self) -> list[dict[str, str]]:
-        """The policy's prompt for the next step."""
+        """The policy's chat prompt for the next step: dicts with `role` and `content`."""
         ...
 
     def act(self, answer: str) -> Move:
-        """Apply the policy's whole answer; malformed answers are invalid moves."""
+        """Apply the policy's whole answer and return what happened. A malformed answer is an
+        invalid move (`Move(None, False, ...)`), never an exception: model outputs are data."""
         ...
 
 

@@ -25,7 +25,12 @@ import pandas as pd
 
 from rlanything_core.base.generation import Messages
 from rlanything_core.envs.common import SpecError
-from rlanything_core.method.prompts import ActionFormat, judge_messages, policy_messages
+from rlanything_core.method.prompts import (
+    POLICY_INTRO,
+    ActionFormat,
+    judge_messages,
+    policy_messages,
+)
 
 Knobs = dict[str, tuple[tuple[int, int], int]]
 """Difficulty knobs of rewrite demonstrations: spec field -> (step range, sign towards harder)."""
@@ -135,15 +140,17 @@ def policy_demonstrations(
     explain: bool = True,
     action_format: ActionFormat = "number",
     answer_noise: float = 0.0,
+    intro: str = POLICY_INTRO,
 ) -> list[Demo]:
     """Prompts answered by the expert: the action (its number, or its text: `action_format`)
     in a box, after naming the action when `explain`. A fraction `answer_noise` of the prompts
     is answered with an admissible action drawn uniformly instead (it may be the expert's); the
-    trajectories, and so the prompts, are the same at any `answer_noise`."""
+    trajectories, and so the prompts, are the same at any `answer_noise`. `intro`: the policy's
+    system prompt's first sentence (`TextEnvironment.policy_intro`)."""
     out = []
     answers = random.Random(f"{seed}-answer-noise")
     for s in _trajectories(specs, game, noise, history_steps, random.Random(seed)):
-        prompt = policy_messages(s.goal, s.history, s.observation, s.actions, action_format)
+        prompt = policy_messages(s.goal, s.history, s.observation, s.actions, action_format, intro)
         noisy = answers.random() < answer_noise
         label = answers.randrange(len(s.actions)) if noisy else s.expert
         answer = policy_answer(s.actions, label, explain, action_format)

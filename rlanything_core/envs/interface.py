@@ -129,8 +129,26 @@ class Environment(ABC, Generic[OptionsT]):
     """Everything the training loop needs from one environment.
 
     Subclasses set `Options` (a pydantic model of `environment.options`, extra keys forbidden;
-    `self.options` is an instance of it) and implement the abstract methods; the others have
-    working defaults.
+    `self.options` is an instance of it) and implement the four abstract methods (`parse_spec`,
+    `generate`, `new_episode`, `judge_messages`); the others have working defaults.
+
+    The contract, which `rlanything check-env CONFIG` checks in seconds without a model:
+
+    - `generate` is deterministic in `(split, n, seed)` and gives `n` valid specs.
+    - A spec survives `parse_spec(spec.to_json())` unchanged (the tasks dataset stores the JSON;
+      the acceptance check and `resume` read it back).
+    - `parse_spec` raises `SpecError` for any invalid input, naming the field and the fix: the
+      environment model's rewrites are parsed by it, and a bad one is an invalid rewrite. (Any
+      other exception is counted the same way, but is a bug `check-env` reports.)
+    - Every `Episode` ends by itself, whatever the policy answers (see `Episode`).
+    - Each round, for a task outside the accuracy band, the environment model is asked first
+      for a critique (`critique_messages`: the task's goal, its accuracy and the reward
+      model's reasoning or the failed steps' actions) and then for a rewrite
+      (`rewrite_messages`: the current spec's JSON, the direction, the critique,
+      `rewrite_fields` and `rewrite_example`). Its answer's last JSON object is merged onto the
+      spec (`parse_proposal`), e.g. `{"length": 9}`.
+    - Warm-start demonstrations (`demonstrations`) are `Demo(task_id, step_idx, prompt, answer)`
+      pairs whose answers fit the role's `max_new_tokens`.
     """
 
     Options: ClassVar[type[BaseModel]] = NoOptions
@@ -153,7 +171,9 @@ class Environment(ABC, Generic[OptionsT]):
     # -- tasks
     @abstractmethod
     def parse_spec(self, data: str | dict[str, object]) -> TaskSpec:
-        """Validate a spec (JSON text or a dict) completely; SpecError names the field and fix."""
+        """Validate a spec (JSON text or a dict) completely. Raise `SpecError` (not pydantic's
+        `ValidationError` or another exception) naming the field and the fix;
+        `rlanything_core.envs.common.validate_spec` does so for a pydantic model."""
 
     @abstractmethod
     def generate(self, split: Split, n: int, seed: int) -> Sequence[TaskSpec]:
@@ -176,7 +196,8 @@ class Environment(ABC, Generic[OptionsT]):
 
     @abstractmethod
     def new_episode(self, spec: TaskSpec, shots: Path | None, root: Path | None) -> Episode:
-        """A fresh episode of `spec`; `shots`/`root`: where screenshots go, if the env takes any."""
+        """A fresh `Episode` of `spec` (see its members); `shots`/`root`: where screenshots go,
+        if the environment takes any."""
 
     # -- the reward model
     @abstractmethod
@@ -345,7 +366,22 @@ def make_environment(
             for e in exc.errors()
         )
         raise ValueError(f"invalid options for environment {name!r}: {problems}") from exc
-    return cls(name, validated, pool_split), validated.model_dump(mode="json")
+    missing = sorted(getattr(cls, "__abstractmethods__", ()))
+    if missing:
+        raise ValueError(
+            f"environment.name {name!r}: {cls.__name__} does not implement "
+            f"{', '.join(missing)}; define {'them' if len(missing) > 1 else 'it'} in the class "
+            "(docs/own-environment.md lists every member)."
+        )
+    try:
+        env = cls(name, validated, pool_split)
+    except Exception as exc:
+        raise ValueError(
+            f"environment.name {name!r}: {cls.__name__}(name, options, pool_split) failed: "
+            f"{type(exc).__name__}: {exc}. Its __init__ must accept those three arguments and "
+            "pass them to Environment.__init__."
+        ) from exc
+    return env, validated.model_dump(mode="json")
 
 
 @dataclass(frozen=True)

@@ -151,7 +151,9 @@ def merge_proposal(
     """The proposed spec, or None and the reason the proposal is invalid.
 
     The last JSON object in `text` counts; its fields are merged onto the parent's spec and the
-    result is validated by `parse` (the environment's own spec validation).
+    result is validated by `parse` (the environment's own spec validation). Whatever `parse`
+    raises makes the proposal invalid, with the exception as the reason; `SpecError` is the
+    contract, and `rlanything check-env` flags any other exception.
     """
     fields, error = last_json_object(text)
     if fields is None:
@@ -163,6 +165,8 @@ def merge_proposal(
         spec = parse(merged)
     except SpecError as exc:
         return None, str(exc)
+    except Exception as exc:  # a model's proposal is data: any failure to validate it is counted
+        return None, f"{type(exc).__name__} from parse_spec (expected SpecError): {exc}"
     if spec == parent:
         return None, "the proposal is identical to the current task"
     return spec, None

@@ -27,6 +27,7 @@ from rlanything_core.envs.interface import Environment, Role, StepView, TaskSpec
 from rlanything_core.method.parsing import parse_action
 from rlanything_core.method.prompts import (
     INVALID_ACTION,
+    POLICY_INTRO,
     ActionFormat,
     judge_messages,
     policy_messages,
@@ -61,11 +62,16 @@ class TextAgentEpisode:
     screenshot: str | None = None
 
     def __init__(
-        self, game: TextGame, history_steps: int, action_format: ActionFormat = "number"
+        self,
+        game: TextGame,
+        history_steps: int,
+        action_format: ActionFormat = "number",
+        intro: str = POLICY_INTRO,
     ) -> None:
         self.episode = game
         self.history_steps = history_steps
         self.action_format = action_format
+        self.intro = intro
         self.history: list[tuple[str, str]] = []
         self.goal_text = game.goal_text
         self.observation = game.observation
@@ -76,7 +82,12 @@ class TextAgentEpisode:
     def messages(self) -> list[dict[str, str]]:
         recent = self.history[-self.history_steps :] if self.history_steps else []
         return policy_messages(
-            self.goal_text, recent, self.observation, self.episode.actions, self.action_format
+            self.goal_text,
+            recent,
+            self.observation,
+            self.episode.actions,
+            self.action_format,
+            self.intro,
         )
 
     def answers(self) -> list[str]:
@@ -106,6 +117,8 @@ class TextEnvironment(Environment[TextOptionsT]):
     warm_starts: ClassVar[frozenset[Role]] = frozenset({"policy", "reward_model", "env_model"})
     rewrite_knobs: ClassVar[Knobs] = {}
     """The rewrite demonstrations' difficulty knobs: field -> (step range, sign towards harder)."""
+    policy_intro: ClassVar[str] = POLICY_INTRO
+    """The policy's system prompt's first sentence, naming the agent's world."""
 
     @abstractmethod
     def game(self, spec: TaskSpec) -> TextGame:
@@ -115,7 +128,10 @@ class TextEnvironment(Environment[TextOptionsT]):
         self, spec: TaskSpec, shots: Path | None, root: Path | None
     ) -> TextAgentEpisode:
         return TextAgentEpisode(
-            self.game(spec), self.options.history_steps, self.options.action_format
+            self.game(spec),
+            self.options.history_steps,
+            self.options.action_format,
+            self.policy_intro,
         )
 
     def judge_messages(self, step: StepView, earlier: Sequence[StepView]) -> Messages:
@@ -149,6 +165,7 @@ class TextEnvironment(Environment[TextOptionsT]):
                 explain=request.explain,
                 action_format=self.options.action_format,
                 answer_noise=request.answer_noise,
+                intro=self.policy_intro,
             )
         if (
             request.role == "reward_model"

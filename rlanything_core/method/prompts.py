@@ -15,16 +15,23 @@ ActionFormat = Literal["number", "text"]
 INVALID_ACTION = "(invalid)"
 """How a history shows a step whose answer named no admissible action."""
 
-POLICY_SYSTEM = (
-    "You are an agent in a house. Reach the goal in as few steps as possible. "
-    "Think briefly, then answer with the number of one admissible action in \\boxed{}, "
-    "for example \\boxed{3}."
-)
-POLICY_SYSTEM_TEXT = (
-    "You are an agent in a house. Reach the goal in as few steps as possible. "
-    "Think briefly, then answer with one admissible action, copied exactly, in \\boxed{}, "
-    "for example \\boxed{look}."
-)
+POLICY_INTRO = "You are an agent in a text environment."
+"""The policy's system prompt's first sentence unless the environment names its world
+(`TextEnvironment.policy_intro`; household: "You are an agent in a house.")."""
+
+
+def policy_system(action_format: ActionFormat = "number", intro: str = POLICY_INTRO) -> str:
+    """The policy's system prompt: `intro`, then how to answer (the action's number, or its
+    text, in \\boxed{})."""
+    how = (
+        "one admissible action, copied exactly, in \\boxed{}, for example \\boxed{look}."
+        if action_format == "text"
+        else "the number of one admissible action in \\boxed{}, for example \\boxed{3}."
+    )
+    return (
+        f"{intro} Reach the goal in as few steps as possible. Think briefly, then answer with "
+        + how
+    )
 
 
 def format_actions(actions: Sequence[str], action_format: ActionFormat = "number") -> str:
@@ -41,6 +48,7 @@ def policy_messages(
     observation: str,
     actions: Sequence[str],
     action_format: ActionFormat = "number",
+    intro: str = POLICY_INTRO,
 ) -> Messages:
     """The policy's prompt for one step.
 
@@ -52,15 +60,15 @@ def policy_messages(
         actions: the admissible actions.
         action_format: "number": the actions are numbered from 1 and the answer is a number;
             "text": they are listed as they are and the answer is one of them.
+        intro: the system prompt's first sentence, naming the agent's world (`policy_system`).
     """
     lines = [f"Your task is to: {goal}."]
     if history:
         lines.append("Recent steps:")
         lines += [f"> {act}\n{obs}" for act, obs in history]
     lines += [f"Now: {observation}", "Admissible actions:", format_actions(actions, action_format)]
-    system = POLICY_SYSTEM_TEXT if action_format == "text" else POLICY_SYSTEM
     return [
-        {"role": "system", "content": system},
+        {"role": "system", "content": policy_system(action_format, intro)},
         {"role": "user", "content": "\n".join(lines)},
     ]
 

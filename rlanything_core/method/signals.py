@@ -41,6 +41,15 @@ ROUND_JUDGE_METRICS = (
 )
 
 
+def cut_episodes(rollouts: pd.DataFrame) -> int:
+    """Episodes of `rollouts` that the loop's step limit ended (`environment.max_episode_steps`):
+    their last step is not `done`."""
+    if rollouts.empty:
+        return 0
+    last = rollouts.groupby(["task_id", "task_version", "rollout_idx"], sort=False)["done"].last()
+    return int((~last.astype(bool)).sum())
+
+
 def task_accuracies(rollouts: pd.DataFrame) -> pd.Series:
     """acc(q) per (task_id, task_version): the fraction of rollouts with outcome +1."""
     episodes = rollouts.drop_duplicates(["task_id", "task_version", "rollout_idx"])
@@ -115,6 +124,7 @@ def policy_samples(
         "policy/tasks_in_band": float(in_accuracy_band(acc.to_numpy(), *band).sum()),
         "policy/invalid_actions": float(invalid.mean()),
         "policy/mean_episode_steps": float(episodes["num_steps"].mean()),
+        "policy/cut_episodes": float(cut_episodes(rollouts)),
     }
     return df, metrics
 

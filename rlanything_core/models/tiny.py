@@ -17,10 +17,14 @@ from rlanything_core.base.paths import cache_root
 from rlanything_core.base.seeding import derive_seed, seed_everything
 from rlanything_core.envs.demos import Demo
 from rlanything_core.envs.household import world as household
-from rlanything_core.envs.household.environment import HouseholdEnvironment, HouseholdOptions
+from rlanything_core.envs.household.environment import (
+    HOUSE_INTRO,
+    HouseholdEnvironment,
+    HouseholdOptions,
+)
 from rlanything_core.envs.interface import Role, WarmStart
 from rlanything_core.envs.textworld import game as textworld_env
-from rlanything_core.method.prompts import JUDGE_SYSTEM, POLICY_SYSTEM
+from rlanything_core.method.prompts import JUDGE_SYSTEM, policy_system
 from rlanything_core.models.default import CHATML_TEMPLATE
 from rlanything_core.models.devices import no_weight_bars
 from rlanything_core.models.sft import finetune_and_save, tokenize_demos
@@ -36,7 +40,11 @@ TINY_VOCAB_SIZE = {"household": 512, "textworld": 1024}
 
 def _corpus(vocabulary: str = "household") -> list[str]:
     """Text the tokenizer is trained on: prompts, goals, observations and actions of the env."""
-    texts = [POLICY_SYSTEM, JUDGE_SYSTEM, "system user assistant \\boxed{1} \\boxed{-1}"]
+    texts = [
+        policy_system("number", HOUSE_INTRO),
+        JUDGE_SYSTEM,
+        "system user assistant \\boxed{1} \\boxed{-1}",
+    ]
     texts += [" ".join(str(i) for i in range(100))]
     for split in ("id", "ood"):
         for spec in household.generate_specs(split, 8, seed=0):

@@ -11,7 +11,7 @@ import pandas as pd
 
 from rlanything_core.base.generation import Engine, Messages
 from rlanything_core.base.seeding import derive_seed
-from rlanything_core.envs.interface import Environment, TaskRef
+from rlanything_core.envs.interface import Environment, TaskRef, TaskSpec
 from rlanything_core.method.adaptation import accept_candidate
 from rlanything_core.run.config import AdaptationConfig, EnvModelConfig
 
@@ -92,7 +92,7 @@ def propose_rewrites(
     )
     rows: list[dict[str, object]] = []
     for (ref, a, d), critique, answer in zip(triggered, critiques, answers, strict=True):
-        spec, error = env.parse_proposal(answer, ref.spec)
+        error, spec_json = _proposal(env, answer, ref.spec)
         rows.append(
             {
                 "round": r,
@@ -103,14 +103,31 @@ def propose_rewrites(
                 "acc_parent": a,
                 "critique": critique,
                 "response": answer,
-                "spec": spec.to_json() if spec is not None else None,
-                "valid": spec is not None,
+                "spec": spec_json,
+                "valid": spec_json is not None,
                 "error": error,
                 "seed": derive_seed(base_seed, "rewrite", r, ref.task_id, ref.task_version),
                 "checkpoint": checkpoint,
             }
         )
     return rows
+
+
+def _proposal(env: Environment, answer: str, parent: TaskSpec) -> tuple[str | None, str | None]:
+    """The environment's reading of one rewrite: why it is invalid, or the valid spec's JSON.
+
+    An exception from the environment's own code (an overridden `parse_proposal`, a spec whose
+    `to_json` fails or does not parse back) makes the proposal invalid, with the exception as
+    the reason: a model's proposal is data, and never ends the round."""
+    try:
+        spec, error = env.parse_proposal(answer, parent)
+        if spec is None:
+            return error, None
+        text = spec.to_json()
+        env.parse_spec(text)  # the acceptance check reads the spec back from this JSON
+        return None, text
+    except Exception as exc:
+        return f"{type(exc).__name__} while reading the proposal: {exc}", None
 
 
 def candidate_refs(valid: pd.DataFrame, env: Environment) -> list[TaskRef]:

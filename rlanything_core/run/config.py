@@ -13,7 +13,6 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from rlanything_core.base.generation import AnswerScore
-from rlanything_core.envs.common import SpecError
 from rlanything_core.envs.interface import (
     Environment,
     TaskSpec,
@@ -23,6 +22,7 @@ from rlanything_core.envs.interface import (
 )
 from rlanything_core.method.parsing import parse_verdict
 from rlanything_core.models.config import ModelConfig, UpdateConfig, _Strict
+from rlanything_core.run.rollout import DEFAULT_MAX_STEPS
 
 Mode = Literal["outcome_only", "policy", "reward", "env"]
 
@@ -140,6 +140,11 @@ class EnvironmentConfig(_Strict):
     and reports out-of-domain accuracy on held-out tasks) or out-of-domain ("ood") tasks."""
     seed: int = 0
     """Seed of the task generator (any integer); `evaluation.seed` draws the held-out sets."""
+    max_episode_steps: int = Field(DEFAULT_MAX_STEPS, ge=1)
+    """Steps after which the loop ends an episode that has not ended itself (≥ 1): it counts as
+    failed (`policy/cut_episodes`, `eval/<split>/cut_episodes`). A task whose spec has a
+    `max_steps` field ends there if that is sooner. Default 200, above every built-in's step
+    limit (at most 100): only an environment whose episodes never end reaches it."""
     tasks_file: str | None = None
     """A tasks Parquet file (the `tasks` schema, e.g. written by `rlanything humaneval`): the
     initial pool is its first `num_tasks` rows instead of generated tasks."""
@@ -176,11 +181,15 @@ class EnvironmentConfig(_Strict):
                 f"environment.tasks_per_round ({self.tasks_per_round}) exceeds the pool's "
                 f"num_tasks ({self.num_tasks}); raise num_tasks or lower tasks_per_round."
             )
+        if ".py:" in self.name and not Path(self.name.rpartition(":")[0]).is_absolute():
+            # stored absolute, so that resume and eval work from any directory
+            file, _, cls = self.name.rpartition(":")
+            self.name = f"{Path(file).resolve()}:{cls}"
         env, self.options = make_environment(self.name, self.options, self.split)
         try:
             env.check_pool(self.num_tasks, self.seed)
-        except SpecError as exc:
-            raise ValueError(str(exc)) from exc
+        except Exception as exc:
+            raise ValueError(_pool_error(env, self.options, exc)) from exc
         return self
 
     @property
@@ -191,6 +200,27 @@ class EnvironmentConfig(_Strict):
     def generate(self, split: Literal["id", "ood"], n: int, seed: int) -> list[TaskSpec]:
         """`n` task specs of `split` from the environment's generator."""
         return list(self.env.generate(split, n, seed))
+
+
+def _pool_error(env: Environment, options: dict[str, Any], exc: Exception) -> str:
+    """One line for an initial pool the environment cannot generate, naming the options that
+    differ from their defaults (the likely cause)."""
+    reason = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+    reason = reason.rstrip(". ")
+    try:
+        defaults = type(env).Options().model_dump(mode="json")
+    except ValidationError:  # an option without a default
+        defaults = {}
+    changed = [f"{k}: {v!r}" for k, v in options.items() if defaults.get(k, object()) != v]
+    if changed:
+        return (
+            f"environment {env.name!r} generates no valid task with environment.options "
+            f"{{{', '.join(changed)}}}: {reason}. Change those options."
+        )
+    return (
+        f"environment {env.name!r} generates no valid task with its default options: {reason}. "
+        "Fix the environment's generate (rlanything check-env CONFIG runs its checks)."
+    )
 
 
 def _as_json(value: object) -> object:

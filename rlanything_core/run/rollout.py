@@ -4,6 +4,10 @@ that every step of every unfinished episode goes into one batched generation.
 With `Sampling.choose` the policy picks among the admissible answers its episodes list instead of
 writing one (`policy.answers: choose`, `Chooser`).
 
+An episode ends when it says it is done, or when it has taken `max_steps` steps (the smaller of
+its task's `max_steps`, where the spec has one, and `environment.max_episode_steps`): an episode
+cut there is failed, and its last row has `done` False (`method.signals.cut_episodes`).
+
 Each step's sample seed is derive_seed(base_seed, purpose, round, task_id, task_version,
 rollout_idx, step_idx); it is stored in the row so any step can be replayed.
 """
@@ -51,6 +55,11 @@ class Screens:
         return self.screens / f"{task.task_id}-v{task.task_version}" / f"rollout_{g}", self.root
 
 
+DEFAULT_MAX_STEPS = 200
+"""`environment.max_episode_steps`' default: above every built-in task's step limit (at most 100),
+so that only an episode that would never end is cut."""
+
+
 def play(
     engine: Engine,
     env: Environment,
@@ -64,6 +73,7 @@ def play(
     purpose: str = "rollout",
     screens: Screens | None = None,
     on_episodes: Callable[[int], None] | None = None,
+    max_steps: int = DEFAULT_MAX_STEPS,
 ) -> list[dict[str, object]]:
     """Play every task `rollouts_per_task` times; return one row per step (the rollouts schema).
 
@@ -71,6 +81,7 @@ def play(
     `env` makes the episodes, inside its `session()` (gui: Chromium runs while they play);
     `screens` says where screenshots go.
     `on_episodes(n)` is called after each lockstep step with the number of episodes that ended.
+    `max_steps`: no episode takes more steps (`step_limit`); one cut there fails.
     """
     screens = screens or Screens()
     with env.session():
@@ -82,6 +93,7 @@ def play(
         rows = _step_all(
             engine,
             episodes,
+            [step_limit(task.spec, max_steps) for task, _, _ in episodes],
             round_idx,
             base_seed,
             checkpoint,
@@ -93,15 +105,23 @@ def play(
     flat: list[dict[str, object]] = []
     for (_, _, ep), steps in zip(episodes, rows, strict=True):
         for row in steps:
-            row["outcome"] = 1 if ep.success else -1
+            row["outcome"] = 1 if ep.success and ep.done else -1
             row["num_steps"] = ep.steps_taken
         flat += steps
     return flat
 
 
+def step_limit(spec: object, max_steps: int) -> int:
+    """The steps an episode of `spec` may take: its `max_steps` field, where it has an integer
+    one, capped at `max_steps`."""
+    own = getattr(spec, "max_steps", None)
+    return min(own, max_steps) if isinstance(own, int) and own > 0 else max_steps
+
+
 def _step_all(
     engine: Engine,
     episodes: list[tuple[TaskRef, int, Episode]],
+    limits: list[int],
     round_idx: int,
     base_seed: int,
     checkpoint: str,
@@ -110,13 +130,18 @@ def _step_all(
     workers: int,
     on_episodes: Callable[[int], None] | None,
 ) -> list[list[dict[str, object]]]:
-    """Step every episode in lockstep until all are done; one list of rows per episode.
+    """Step every episode in lockstep until each is done or has taken its `limits` steps; one
+    list of rows per episode.
     `workers`: threads that call `act` (1: in this thread, for environments whose engines
     belong to it, such as Playwright's or TextWorld's)."""
     rows: list[list[dict[str, object]]] = [[] for _ in episodes]
     with ThreadPoolExecutor(max_workers=workers) as pool:
         while True:
-            active = [i for i, (_, _, ep) in enumerate(episodes) if not ep.done]
+            active = [
+                i
+                for i, (_, _, ep) in enumerate(episodes)
+                if not ep.done and len(rows[i]) < limits[i]
+            ]
             if not active:
                 break
             shown = [
@@ -173,7 +198,7 @@ def _step_all(
                     }
                 )
             if on_episodes is not None:
-                on_episodes(sum(episodes[i][2].done for i in active))
+                on_episodes(sum(episodes[i][2].done or len(rows[i]) >= limits[i] for i in active))
     return rows
 
 

@@ -11,6 +11,19 @@ from rlanything_core.envs.demos import Demo
 from rlanything_core.envs.interface import WarmStart
 from rlanything_core.run.config import RunConfig, WarmStartConfig
 
+ROLES = ("policy", "reward_model", "env_model")
+
+
+def warm_start_roles(config: RunConfig) -> list[str]:
+    """The roles the warm start trains, in its order: those whose warm_start is enabled (the
+    reward model only where the mode uses one)."""
+    return [
+        role
+        for role in ROLES
+        if getattr(config, role).warm_start.enabled
+        and (role != "reward_model" or config.uses_reward_model)
+    ]
+
 
 def warm_start_demos(config: RunConfig, role: str, ws: WarmStartConfig) -> list[Demo]:
     """The environment's demonstrations for `role`, judged in the policy's warm-started format."""

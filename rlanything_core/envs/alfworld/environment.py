@@ -22,6 +22,7 @@ class AlfworldEnvironment(TextEnvironment[TextOptions]):
     expert."""
 
     serial = True  # game engines are not made for threads
+    policy_intro: ClassVar[str] = "You are an agent in a house."  # ALFWorld's scenes are rooms
     designer_system = (
         "You choose tasks for a household agent from ALFWorld's games. A task is a JSON object "
         "with the fields game (a game file of the ALFWorld data) and max_steps."

@@ -115,7 +115,9 @@ class CodingEnvironment(Environment[CodingOptions]):
         )
 
     def rewrite_example(self, spec: TaskSpec) -> str:
-        return '{"problem": "...", "tests": [...]}'
+        """A valid rewrite: the task with its first test only."""
+        first = cast(CodingSpec, spec).tests[0]
+        return json.dumps({"tests": [first.model_dump(mode="json", exclude_none=True)]})
 
     def demonstrations(self, request: WarmStart) -> list[Demo]:
         """Reference solutions (policy); judged references, or their tests in unit-test mode."""

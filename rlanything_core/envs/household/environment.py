@@ -60,11 +60,16 @@ class HouseholdOptions(TextOptions):
         return targets
 
 
+HOUSE_INTRO = "You are an agent in a house."
+"""The household policy's system prompt's first sentence (`TextEnvironment.policy_intro`)."""
+
+
 class HouseholdEnvironment(TextEnvironment[HouseholdOptions]):
     """Rooms, receptacles and objects; put/clean/heat/cool/find goals; an expert planner labels
     every step's progress."""
 
     Options: ClassVar[type[BaseModel]] = HouseholdOptions
+    policy_intro: ClassVar[str] = HOUSE_INTRO
     designer_system = (
         "You design tasks for a household agent. A task is a JSON object with the fields "
         "goal_type, object, target, num_rooms, num_distractors, max_steps and layout_seed."

@@ -26,6 +26,7 @@ class TextWorldEnvironment(TextEnvironment[TextOptions]):
     """Text adventures whose quests TextWorld generates; the walkthrough is the expert."""
 
     serial = True  # game engines are not made for threads
+    policy_intro: ClassVar[str] = "You are an agent in a house."  # the games' rooms are a house's
     designer_system = (
         "You design text adventure games for an agent; TextWorld generates each game from a JSON "
         "object with the fields world_size, nb_objects, quest_length, max_steps and seed."
