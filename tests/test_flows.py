@@ -370,7 +370,7 @@ def test_eval_on_held_out_tasks(tmp_path: Path) -> None:
         "rm_process_majority_baseline",
         "rm_outcome_majority_baseline",
     )
-    names = {*rates, "episodes", "tasks", "steps", "rm_steps"}
+    names = {*rates, "episodes", "tasks", "steps", "rm_steps", "cut_episodes"}
     names |= {f"{a}{suffix}" for a in accuracies for suffix in ("", "_ci_low", "_ci_high")}
     assert set(metrics) == {f"eval/{split}/{name}" for split in ("id", "ood") for name in names}
     for split in ("id", "ood"):
@@ -385,6 +385,7 @@ def test_eval_on_held_out_tasks(tmp_path: Path) -> None:
             # a balanced accuracy is nan when one class is absent (tiny policies rarely succeed)
             if not math.isnan(m[name]):
                 assert 0.0 <= m[f"{name}_ci_low"] <= m[name] <= m[f"{name}_ci_high"] <= 1.0
+        assert m["cut_episodes"] == 0  # every household episode ends by itself
         accuracy = m["policy_accuracy"]
         assert m["pass_at_1"] == pytest.approx(accuracy)
         assert m["pass_at_2"] >= accuracy
