@@ -320,12 +320,9 @@ def _train(args: argparse.Namespace) -> int:
 def _contract_holds(config: Any) -> bool:
     """`check-env`'s model-free checks before training: a failure the loop cannot cope with
     stops the run (False); one it copes with is printed and the run goes on."""
-    from rlanything_core.run.envcheck import contract_checks
+    from rlanything_core.run.envcheck import config_checks
 
-    env = config.environment
-    checks = contract_checks(
-        env.env, num_tasks=env.num_tasks, seed=env.seed, max_steps=env.max_episode_steps
-    )
+    checks = config_checks(config)
     for check in checks:
         if not check.passed:
             note = " (the run goes on)" if check.absorbed else ""
@@ -347,15 +344,12 @@ def _contract_holds(config: Any) -> bool:
 
 def _check_env(args: argparse.Namespace) -> int:
     from rlanything_core.run.config import load_config
-    from rlanything_core.run.envcheck import contract_checks, demo_length_checks
+    from rlanything_core.run.envcheck import config_checks, demo_length_checks
 
     config = load_config(args.config)
     env = config.environment
     console.print(f"checking environment {env.name!r} ({type(env.env).__name__})")
-    checks = contract_checks(
-        env.env, num_tasks=env.num_tasks, seed=env.seed, max_steps=env.max_episode_steps
-    )
-    checks += demo_length_checks(config)
+    checks = config_checks(config) + demo_length_checks(config)
     for check in checks:
         console.print(check.line(), soft_wrap=True, highlight=False, markup=False)
     failed = sum(not c.passed for c in checks)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rlanything_core.envs.common import ListsAnswers, Move, SpecError
+from rlanything_core.envs.common import Episode, ListsAnswers, Move, SpecError
 from rlanything_core.envs.interface import Environment, TaskSpec
 from rlanything_core.envs.rewriting import last_json_object
 from rlanything_core.run.config import RunConfig
@@ -88,6 +88,14 @@ def contract_checks(env: Environment, *, num_tasks: int, seed: int, max_steps: i
     checks.append(_episodes_end(env, specs, "junk answers", _junk_answers(), max_steps))
     checks.append(_rewrite_example(env, specs[0]))
     return checks
+
+
+def config_checks(config: RunConfig) -> list[Check]:
+    """`contract_checks` of `config`'s environment, as `train` will draw and play its tasks."""
+    env = config.environment
+    return contract_checks(
+        env.env, num_tasks=env.num_tasks, seed=env.seed, max_steps=env.max_episode_steps
+    )
 
 
 def _round_trip(env: Environment, specs: Sequence[TaskSpec]) -> Check:
@@ -162,7 +170,8 @@ def _junk_answers() -> AnswerSource:
     return lambda _episode, step: JUNK_ANSWERS[step % len(JUNK_ANSWERS)]
 
 
-EPISODE_MEMBERS = ("goal_text", "observation", "steps_taken", "done", "success", "screenshot")
+EPISODE_MEMBERS = tuple(Episode.__annotations__)
+"""The attributes the loop reads (the `Episode` protocol's)."""
 
 
 def _episodes_end(
