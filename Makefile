@@ -45,6 +45,12 @@ vllm-env:
 	.venv-vllm/bin/python -m pip install --quiet --upgrade pip
 	.venv-vllm/bin/python -m pip install --quiet -r requirements-vllm.txt
 
+# The tests' OpenEnv servers need openenv-core (the `openenv` extra); `make run` does not.
+OPENENV_STAMP := $(VENV)/.openenv
+$(OPENENV_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[openenv]'
+	touch $(OPENENV_STAMP)
+
 run: setup
 	$(BIN)/rlanything train --config configs/demo.yaml
 
@@ -53,12 +59,12 @@ run: setup
 # use both cores. TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
-test: setup lint docs
+test: setup $(OPENENV_STAMP) lint docs
 	$(PYTEST)
 
 # The quick tier for a change to one module: every test not marked slow (end-to-end runs,
 # servers, the fault suite), a few minutes on 2 cores. `make test` remains the whole suite.
-test-fast: setup
+test-fast: setup $(OPENENV_STAMP)
 	$(PYTEST) -m "not slow"
 
 # The documentation site, built strictly: a broken link or a missing page fails (tests/test_docs.py

@@ -186,6 +186,7 @@ class Tracker:
                     "prefect.flow_run_id": flow_run_id or "",
                     "rlanything.run_dir": str(run.root),
                     "rlanything.mode": config.mode,
+                    **config.environment.env.tracking_tags(),
                     **({MLFLOW_PARENT_RUN_ID: parent_run_id} if parent_run_id else {}),
                 },
             )

@@ -30,7 +30,10 @@ def task_rewriting(
     """The environment model proposes a harder or easier version of every task out of band."""
     rows: list[dict[str, object]] = []
     triggered: list[Triggered] = []
-    if config.adapts_tasks:
+    skipped = config.environment.env.rewriting_skipped if config.adapts_tasks else None
+    if skipped:
+        print(f"round {r} task rewriting: skipped, {skipped}", flush=True)
+    elif config.adapts_tasks:
         ad = config.adaptation
         pool = round_tasks(config, inputs.read("tasks"), r)
         # acc(q) as the advantage stage computed it, one row per task

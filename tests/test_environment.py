@@ -29,7 +29,7 @@ CORRIDOR = "examples/corridor/corridor.py:CorridorEnvironment"
 
 
 def test_every_builtin_loads_by_name_and_its_specs_round_trip() -> None:
-    assert builtin_names() == ["alfworld", "coding", "gui", "household", "textworld"]
+    assert builtin_names() == ["alfworld", "coding", "gui", "household", "openenv", "textworld"]
     for name in builtin_names():
         assert issubclass(environment_class(name), Environment), name
     for name in ("household", "coding"):

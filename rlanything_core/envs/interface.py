@@ -220,6 +220,12 @@ class Environment(ABC, Generic[OptionsT]):
             self.designer_system, spec.goal_text, accuracy, judgments, rollouts, source, examples
         )
 
+    @property
+    def rewriting_skipped(self) -> str | None:
+        """Why this environment's tasks cannot be rewritten (the task-rewriting stage then
+        proposes nothing and the run says why), or None when they can."""
+        return None
+
     def rewrite_fields(self, spec: TaskSpec) -> str:
         """What each field of a spec means for difficulty (shown in the rewrite prompt)."""
         return ", ".join(spec.model_dump())
@@ -256,6 +262,11 @@ class Environment(ABC, Generic[OptionsT]):
         """The proposed spec (the answer's last JSON object merged onto `parent`, validated), or
         None and why it is invalid."""
         return merge_proposal(text, parent, self.parse_spec)
+
+    def tracking_tags(self) -> dict[str, str]:
+        """Tags for the run's MLflow run that say which environment it trained on, beyond the
+        config's params (OpenEnv: the server's name and URL)."""
+        return {}
 
     # -- warm starts (optional)
     def warm_start_specs(self, request: WarmStart) -> list[TaskSpec]:
@@ -362,7 +373,7 @@ def make_environment(
         validated = cls.Options.model_validate(options)
     except ValidationError as exc:
         problems = "; ".join(
-            f"environment.options.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+            ".".join(["environment.options", *(str(p) for p in e["loc"])]) + f": {e['msg']}"
             for e in exc.errors()
         )
         raise ValueError(f"invalid options for environment {name!r}: {problems}") from exc

@@ -1,0 +1,1 @@
+"""The OpenEnv adapter: any OpenEnv environment server as an rlanything environment."""
