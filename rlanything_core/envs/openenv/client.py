@@ -157,7 +157,8 @@ def _die_with_parent() -> None:
 
 class LocalServer:
     """An OpenEnv server started from `command` (a shell-like string; `{port}` becomes a free
-    loopback port) and stopped by `stop`. Its output goes to a log file named in errors."""
+    loopback port; a leading `python` is the interpreter running rlanything) and stopped by
+    `stop`. Its last output lines are quoted when it fails to start."""
 
     def __init__(self, command: str, start_timeout: float) -> None:
         self.command, self.start_timeout = command, start_timeout
@@ -166,6 +167,8 @@ class LocalServer:
         fd, log = tempfile.mkstemp(prefix="openenv-server-", suffix=".log")
         self.log = Path(log)
         argv = [part.replace("{port}", str(self.port)) for part in shlex.split(command)]
+        if argv and argv[0] in ("python", "python3"):  # the interpreter (and venv) running us
+            argv[0] = sys.executable
         try:
             self.process = subprocess.Popen(
                 argv,

@@ -100,9 +100,10 @@ class OpenEnvOptions(BaseModel):
     """The server's base URL, e.g. http://127.0.0.1:8000 (its /ws, /schema and /metadata are
     used)."""
     command: str | None = None
-    """A command that starts the server on port `{port}`, e.g. "python server.py --port {port}";
-    it runs from the working directory, once per stage that plays episodes, on a free loopback
-    port, and is stopped when the stage's episodes end."""
+    """A command that starts the server on port `{port}`, e.g. "python server.py --port {port}"
+    (a leading `python` is the interpreter running rlanything); it runs from the working
+    directory, once per stage that plays episodes, on a free loopback port, and is stopped when
+    the stage's episodes end."""
     start_timeout: float = Field(60.0, gt=0)
     """Seconds the started server may take to answer /health."""
     timeout: float = Field(60.0, gt=0)
