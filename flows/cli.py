@@ -291,14 +291,12 @@ def prefect_ui_hint(flow_run_id: str) -> str:
     """Where the Prefect UI shows a flow run: on the server of PREFECT_API_URL when one is set,
     else on a `prefect server start` of this machine (the run used a throwaway server that
     kept its records in PREFECT_HOME's database)."""
-    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_API_HOST, PREFECT_SERVER_API_PORT
+    from prefect.settings import PREFECT_API_URL
 
-    api = PREFECT_API_URL.value()
-    if api:
-        return f"{api.rstrip('/').removesuffix('/api')}/runs/flow-run/{flow_run_id}"
-    # `prefect server start` binds PREFECT_SERVER_API_HOST:PREFECT_SERVER_API_PORT.
-    host, port = PREFECT_SERVER_API_HOST.value(), PREFECT_SERVER_API_PORT.value()
-    return f"prefect server start  → http://{host}:{port}/runs/flow-run/{flow_run_id}"
+    from rlanything_flows.tracking import prefect_flow_run_url
+
+    url = prefect_flow_run_url(flow_run_id)
+    return url if PREFECT_API_URL.value() else f"prefect server start  → {url}"
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -560,10 +558,35 @@ class TracebacksToFile(logging.Filter):
             fh.write(text.rstrip("\n") + "\n\n")
 
 
+def prefect_api_problem() -> str | None:
+    """Why the configured Prefect API (PREFECT_API_URL) cannot be used, naming the two ways
+    out; None when it answers or none is configured (a temporary server is started then)."""
+    import httpx
+    from prefect.settings import PREFECT_API_URL
+
+    api = PREFECT_API_URL.value()
+    if not api:
+        return None
+    try:
+        httpx.get(f"{api.rstrip('/')}/health", timeout=5.0).raise_for_status()
+    except httpx.HTTPError as exc:
+        return (
+            f"the Prefect API at {api} (PREFECT_API_URL) does not answer ({type(exc).__name__}). "
+            "Start its server (`prefect server start`), or stop using it: `prefect config unset "
+            "PREFECT_API_URL` (and unset the environment variable) makes each run start a "
+            "temporary server. Nothing was trained."
+        )
+    return None
+
+
 def _run(config: Any, run_dir: str, details: bool = False) -> int:
     """Train in `run_dir`. A failure prints one `error:` line (exit 2); every traceback, Prefect's
     included, goes to $RLANYTHING_DATA/logs/, which that line names."""
     _prefect_defaults()
+    problem = prefect_api_problem()
+    if problem is not None:
+        console.print(f"[red]error:[/red] {problem}", soft_wrap=True)
+        return 2
     from prefect.logging.configuration import setup_logging
 
     from rlanything_core.base.paths import data_root
@@ -885,6 +908,7 @@ def expected_errors() -> tuple[type[Exception], ...]:
     from rlanything_core.base.schemas import SchemaError
     from rlanything_core.envs.common import SpecError
     from rlanything_core.envs.gui.browser import BrowserError
+    from rlanything_core.envs.openenv.client import OpenEnvError
     from rlanything_core.models.checkpoints import CheckpointWriteError
     from rlanything_core.models.default import ModelNotFoundError
     from rlanything_core.run.config import ConfigError
@@ -896,6 +920,7 @@ def expected_errors() -> tuple[type[Exception], ...]:
         CheckpointWriteError,
         ConfigError,
         ModelNotFoundError,
+        OpenEnvError,
         RunDirError,
         SandboxError,
         SchemaError,

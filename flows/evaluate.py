@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -72,7 +73,17 @@ def held_out_digest(config: RunConfig, split: str) -> str:
     return hashlib.sha256(json.dumps(defining, sort_keys=True).encode()).hexdigest()[:16]
 
 
-@flow(name="rlanything-eval")
+def eval_run_name() -> str:
+    """The evaluation's flow run name: `eval-step-N` for the learning curve's step N (the
+    checkpoints after N rounds, in eval/step_NNN/), else `eval-<output directory>`."""
+    from prefect.runtime import flow_run
+
+    out = Path(str(flow_run.parameters.get("out_dir", "eval"))).name
+    step = re.fullmatch(r"step_(\d+)", out)
+    return f"eval-step-{int(step.group(1))}" if step else f"eval-{out}"
+
+
+@flow(name="rlanything-eval", flow_run_name=eval_run_name)
 def rlanything_eval(
     config: RunConfig,
     policy: str,

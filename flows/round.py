@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from prefect import flow
@@ -12,6 +11,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from rlanything_core.base.schemas import read_dataset
 from rlanything_core.run.config import RunConfig
 from rlanything_core.run.rundir import RunDir
+from rlanything_flows.tracking import artifact_slug
 from rlanything_tasks.adaptation import acceptance_check, task_rewriting
 from rlanything_tasks.advantages import advantage_computation
 from rlanything_tasks.common import StageChain
@@ -107,12 +107,6 @@ def _publish(run: RunDir, round_idx: int, metrics: dict[str, float]) -> None:
         markdown="\n".join(lines),
         description=f"Summary of round {round_idx} in {run.root}",
     )
-
-
-def artifact_slug(name: str) -> str:
-    """`name` as Prefect allows in an artifact key: lowercase letters, digits and dashes."""
-    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-    return slug[:40].strip("-") or "run"
 
 
 def spec_changes(original: str, rewritten: str) -> str:

@@ -21,6 +21,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import time
 import warnings
 from collections.abc import Iterator
@@ -66,8 +67,27 @@ ROUND_OUTPUTS = (
     ("acceptance", "acceptance-check"),
 )
 """A round's datasets that its stages write, with the stage that writes each."""
+
+
+def produced(config: RunConfig) -> set[str]:
+    """The round datasets that hold rows in `config`'s mode: the others are written empty (so
+    that every stage reads the same files) and not logged. The reward model's judgments in
+    every mode that uses one, its unit tests in unit-test mode only, the rewrites where tasks
+    are adapted."""
+    names = {"rollouts", "policy_samples"}
+    if config.uses_reward_model:
+        names |= {"judgments", "rm_samples"}
+    if config.writes_unit_tests:
+        names |= {"unit_tests", "test_samples"}
+    if config.adapts_tasks:
+        names |= {"candidates", "acceptance"}
+    return names
+
+
 BEST_BY = {"policy": "policy_accuracy", "reward_model": "rm_process_balanced_accuracy"}
 """The held-out metric (`eval/<split>/<name>`, higher is better) that picks each role's `best`."""
+BEST_COUNT = {"policy": ("episodes", "episodes"), "reward_model": ("rm_steps", "steps")}
+"""What each role's score was measured on: its metric (`eval/<split>/<name>`) and unit."""
 BEST_ALIAS = "best"
 # MLflow 3's UI opens an experiment without a kind in its GenAI view ("Evaluation runs"), which
 # hides the metric charts and run table of a training run; this kind opens the training view.
@@ -229,18 +249,10 @@ class Tracker:
         )
         left = [r for r in left if "rlanything.run_dir" not in r.data.tags]
         for stale in left:
-            run_id = stale.info.run_id
-            self.client.set_tag(run_id, "rlanything.superseded_by", flow_run_id or "a resume")
-            self.client.set_terminated(run_id, "KILLED")
-            # what it registered before dying: the round's next attempt registers its own
-            for version in self.client.search_model_versions(f"run_id = '{run_id}'"):
-                self.client.delete_model_version(version.name, version.version)
-            for model in mlflow.search_logged_models(
-                experiment_ids=[self.experiment_id],
-                filter_string=f"source_run_id = '{run_id}'",
-                output_format="list",
-            ):
-                self.client.delete_logged_model(model.model_id)
+            self.client.set_tag(
+                stale.info.run_id, "rlanything.superseded_by", flow_run_id or "a resume"
+            )
+            retire(self.client, self.experiment_id, stale.info.run_id)
         return [stale.info.run_id for stale in left]
 
     def _log_params(self, run_id: str, extra: dict[str, str]) -> None:
@@ -394,10 +406,12 @@ class Tracker:
     def _move_best(self, step: int, metrics: dict[str, float]) -> None:
         """After the learning curve's evaluation at `step` (of the checkpoints of round
         step - 1): tag each role's version with its held-out score (`BEST_BY`, the first split of
-        `evaluation.curve_splits`) and point the alias `best` at the highest-scoring version
-        evaluated the same way (`eval_signature`); a holder evaluated otherwise is replaced. An
-        undefined score (nan) is tagged but ranks no version; while no version has a defined
-        score the alias is left as it is."""
+        `evaluation.curve_splits`) and on how many episodes (steps, for the reward model), and
+        point the alias `best` at the highest-scoring version evaluated the same way
+        (`eval_signature`); among equal scores the earliest keeps it, so `best` moves only on a
+        strictly better score. A holder evaluated otherwise is replaced. An undefined score
+        (nan) is tagged but ranks no version; while no version has a defined score the alias is
+        left as it is."""
         if step == 0:
             return  # the starting models are not versions of the run
         signature = eval_signature(self.config)
@@ -407,7 +421,11 @@ class Tracker:
             if key not in metrics:
                 continue
             name = registered_model_name(self.config.tracking.experiment, role)
+            count_key, unit = BEST_COUNT[role]
+            count = int(metrics.get(f"eval/{split}/{count_key}", 0))
+            said = f"{key} = {metrics[key]:.4f} on {count} held-out {unit}"
             for version in self._versions(role, step - 1):
+                self.client.set_model_version_tag(name, version.version, "heldout", said)
                 self.client.set_model_version_tag(name, version.version, "heldout.metric", key)
                 self.client.set_model_version_tag(
                     name, version.version, "heldout.score", str(metrics[key])
@@ -426,7 +444,7 @@ class Tracker:
             ]
             if not scored:
                 continue
-            top = max(scored, key=lambda v: (float(v.tags["heldout.score"]), int(v.version)))
+            top = max(scored, key=lambda v: (float(v.tags["heldout.score"]), -int(v.version)))
             self.client.set_registered_model_alias(name, BEST_ALIAS, top.version)
 
     def _log_round_datasets(self, child_id: str, round_idx: int) -> None:
@@ -437,9 +455,10 @@ class Tracker:
         pool = self.run.dataset(round_idx, "tasks")
         self._log_input(child_id, pool, "tasks", f"tasks_{suffix}", "input")
         failpoints.reached(f"{round_idx}/mlflow-dataset", f"the dataset tasks_{suffix}")
+        wanted = produced(self.config)
         for name, stage in ROUND_OUTPUTS:
             path = self.run.dataset(round_idx, name)
-            if path.is_file():
+            if name in wanted and path.is_file():
                 tags = {"stage": stage}
                 self._log_input(child_id, path, name, f"{name}_{suffix}", "output", tags)
         following = self.run.dataset(round_idx + 1, "tasks")
@@ -575,14 +594,116 @@ class Tracker:
         self.client.log_metric(self.parent_id, "timing/active_s", active, step=attempts)
         self.client.set_terminated(self.parent_id, status)
 
-    def ui_hint(self) -> str:
-        """How to open the parent run in the MLflow UI, in its model-training view: MLflow 3.17's
-        UI opens the GenAI view unless the link says `workflowType=machine_learning` (it then
-        remembers the choice in the browser); the experiment's kind tag alone does not do it."""
-        return (
-            f"mlflow ui --backend-store-uri {self.uri}  → http://127.0.0.1:5000/#/experiments/"
-            f"{self.experiment_id}/runs/{self.parent_id}?{TRAINING_VIEW}"
+    def evaluation_logged(self, out_dir: Path) -> bool:
+        """Whether an evaluation into `out_dir` has a FINISHED MLflow run under the parent run
+        (one killed while it was logged has not, and is logged again)."""
+        found = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=(
+                f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{self.parent_id}' "
+                f"and tags.`rlanything.out_dir` = '{out_dir.resolve()}' "
+                "and attributes.status = 'FINISHED'"
+            ),
         )
+        return bool(found)
+
+    def run_url(self) -> str:
+        """The parent run's page in the MLflow UI, in its model-training view: MLflow 3.17's UI
+        opens the GenAI view unless the link says `workflowType=machine_learning` (it then
+        remembers the choice in the browser); the experiment's kind tag alone does not do it.
+        On a tracking server, the server's own page; on a local store, that of `mlflow ui`."""
+        served = self.uri.startswith(("http://", "https://"))
+        base = self.uri.rstrip("/") if served else "http://127.0.0.1:5000"
+        return f"{base}/#/experiments/{self.experiment_id}/runs/{self.parent_id}?{TRAINING_VIEW}"
+
+    def ui_hint(self) -> str:
+        """How to open the parent run in the MLflow UI (`run_url`)."""
+        if self.uri.startswith(("http://", "https://")):
+            return self.run_url()
+        return f"mlflow ui --backend-store-uri {self.uri}  → {self.run_url()}"
+
+    def link_flow_run(self, flow_run_id: str) -> None:
+        """Point the flow run and the MLflow run at each other: a markdown artifact of the flow
+        run links the MLflow run (with the command that serves a local store), and the MLflow
+        run's tag `prefect.flow_run_url` holds the flow run's page."""
+        from prefect.artifacts import create_markdown_artifact
+
+        self.client.set_tag(
+            self.parent_id, "prefect.flow_run_url", prefect_flow_run_url(flow_run_id)
+        )
+        lines = [f"[MLflow run {self.parent_id}]({self.run_url()})", ""]
+        if not self.uri.startswith(("http://", "https://")):
+            lines.append(f"Serve the local store first: `mlflow ui --backend-store-uri {self.uri}`")
+        create_markdown_artifact(
+            key=f"rlanything-mlflow-{artifact_slug(self.run.root.name)}",
+            markdown="\n".join(lines),
+            description=f"The MLflow run of {self.run.root}",
+        )
+
+
+def retire(client: MlflowClient, experiment_id: str, run_id: str) -> None:
+    """Mark KILLED a nested run that a dead process left RUNNING, and remove what it registered
+    (model versions, Logged Models): the round's next attempt registers its own."""
+    client.set_terminated(run_id, "KILLED")
+    for version in client.search_model_versions(f"run_id = '{run_id}'"):
+        client.delete_model_version(version.name, version.version)
+    for model in mlflow.search_logged_models(
+        experiment_ids=[experiment_id],
+        filter_string=f"source_run_id = '{run_id}'",
+        output_format="list",
+    ):
+        client.delete_logged_model(model.model_id)
+
+
+def record_crash(run: RunDir, reason: str) -> list[str]:
+    """What a crashed flow run left RUNNING in MLflow, ended now: the run directory's parent
+    run KILLED with the reason as its tag `rlanything.crash`, and each nested run still
+    RUNNING (a round's, an evaluation's) retired (`retire`), tagged the same. The store is the
+    one the run directory recorded. Returns the ids ended; none when the run directory has no
+    MLflow run yet."""
+    state = run.load_state()
+    if "mlflow_run_id" not in state or "mlflow_tracking_uri" not in state:
+        return []
+    client = MlflowClient(state["mlflow_tracking_uri"])
+    parent = client.get_run(state["mlflow_run_id"])
+    ended = []
+    nested = client.search_runs(
+        [parent.info.experiment_id],
+        filter_string=(
+            f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent.info.run_id}' "
+            "and attributes.status = 'RUNNING'"
+        ),
+    )
+    for child in nested:
+        if "rlanything.run_dir" in child.data.tags:  # an RLoop cycle's own training run
+            continue
+        client.set_tag(child.info.run_id, "rlanything.crash", reason)
+        retire(client, parent.info.experiment_id, child.info.run_id)
+        ended.append(child.info.run_id)
+    if parent.info.status == "RUNNING":
+        client.set_tag(parent.info.run_id, "rlanything.crash", reason)
+        client.set_terminated(parent.info.run_id, "KILLED")
+        ended.append(parent.info.run_id)
+    return ended
+
+
+def prefect_flow_run_url(flow_run_id: str) -> str:
+    """The flow run's page in the Prefect UI: on the server of PREFECT_API_URL when one is set,
+    else on a `prefect server start` of this machine (PREFECT_SERVER_API_HOST and _PORT), which
+    shows a run that used a throwaway server from PREFECT_HOME's database."""
+    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_API_HOST, PREFECT_SERVER_API_PORT
+
+    api = PREFECT_API_URL.value()
+    if api:
+        return f"{api.rstrip('/').removesuffix('/api')}/runs/flow-run/{flow_run_id}"
+    host, port = PREFECT_SERVER_API_HOST.value(), PREFECT_SERVER_API_PORT.value()
+    return f"http://{host}:{port}/runs/flow-run/{flow_run_id}"
+
+
+def artifact_slug(name: str) -> str:
+    """`name` as Prefect allows in an artifact key: lowercase letters, digits and dashes."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    return slug[:40].strip("-") or "run"
 
 
 def log_evaluation(

@@ -26,7 +26,7 @@ from prefect.client.schemas.filters import (
     FlowRunFilterId,
     FlowRunFilterParentFlowRunId,
 )
-from prefect.client.schemas.objects import StateType
+from prefect.client.schemas.objects import FlowRun, State, StateType
 from prefect.runtime import flow_run
 from prefect.states import Completed, Crashed
 
@@ -38,22 +38,26 @@ from rlanything_core.run.pool import initial_pool
 from rlanything_core.run.rundir import WARM_START, RunDir, write_json
 from rlanything_flows.evaluate import rlanything_eval
 from rlanything_flows.round import rlanything_round
-from rlanything_flows.tracking import Tracker
+from rlanything_flows.tracking import Tracker, log_evaluation, record_crash
 from rlanything_tasks.common import run_stage
 from rlanything_tasks.stages import warm_start
 
 RUN_DIR_FIELDS = ("date", "flow_run_name", "flow_run_id")
 
 
-def expand_run_dir(template: str) -> str:
+def expand_run_dir(template: str, of: FlowRun | None = None) -> str:
     """`template` with {date} (the flow run's scheduled start, UTC, YYYY-MM-DD), {flow_run_name}
-    and {flow_run_id} filled in from the running flow run. A Retry is the same flow run, so it
-    expands to the same directory and resumes it; every new (e.g. scheduled) flow run gets its
-    own."""
+    and {flow_run_id} filled in from the flow run `of`, by default the running one. A Retry is
+    the same flow run, so it expands to the same directory and resumes it; every new (e.g.
+    scheduled) flow run gets its own."""
+    if of is None:
+        start, name, run_id = flow_run.scheduled_start_time, flow_run.get_name(), flow_run.get_id()
+    else:
+        start, name, run_id = of.expected_start_time or of.created, of.name, str(of.id)
     fields = {
-        "date": flow_run.scheduled_start_time.astimezone(UTC).strftime("%Y-%m-%d"),
-        "flow_run_name": flow_run.get_name() or "",
-        "flow_run_id": flow_run.get_id() or "",
+        "date": start.astimezone(UTC).strftime("%Y-%m-%d") if start else "",
+        "flow_run_name": name or "",
+        "flow_run_id": run_id or "",
     }
     try:
         return template.format_map(fields)
@@ -80,7 +84,26 @@ def pick_config(config: RunConfig | None, config_file: str | None) -> RunConfig:
     return config if config is not None else load_config(str(config_file))
 
 
-@flow(name="rlanything-train")
+def on_train_crashed(flow: Any, flow_run: FlowRun, state: State) -> None:
+    """Prefect's crash hook of `rlanything-train`, which the worker runs when the flow run's
+    process dies (a kill -9, the OOM killer): mark Crashed, at once, what the flow run left
+    Running in Prefect (its round and evaluation subflows and their stages), and end its MLflow
+    runs KILLED with the reason (`tracking.record_crash`). A Retry or `rlanything resume` then
+    continues the run directory as before."""
+    crashed = flow_run  # Prefect passes the hook's arguments by these names
+    reason = f"flow run {crashed.name} crashed: {state.message or state.name}"
+    mark_crashed([str(crashed.id)], reason)
+    root = Path(expand_run_dir(str(crashed.parameters.get("run_dir", "runs/latest")), crashed))
+    if not root.is_absolute() and crashed.deployment_id is not None:
+        # relative to the directory the flow ran in: the deployment's, not the worker's
+        with get_client(sync_client=True) as client:
+            path = client.read_deployment(crashed.deployment_id).path
+        root = Path(path or ".") / root
+    if RunDir(root).state_path.is_file():
+        record_crash(RunDir(root), reason)
+
+
+@flow(name="rlanything-train", on_crashed=[on_train_crashed])
 def rlanything_train(
     config: RunConfig | None = None,
     run_dir: str = "runs/latest",
@@ -110,6 +133,8 @@ def rlanything_train(
             else None
         )
         with Tracker(run, config, flow_run.get_id()).finishing() as tracker:
+            if flow_run.get_id():
+                tracker.link_flow_run(flow_run.get_id())
             summary = train_rounds(config, run, tracker)
             tracker.idle = before == _progress(summary)
     summary["mlflow_ui"] = tracker.ui_hint()
@@ -134,8 +159,16 @@ def crash_superseded(previous: list[str], current: str | None) -> int:
     earlier flow runs (`previous`, from summary.json) and, under them and under `current` (a
     Retry reuses its flow run), every subflow run and task run still Running or Pending. Called
     before the current flow run starts any of its own. Returns how many were marked."""
+    message = f"superseded by flow run {current}, which resumed this run directory"
+    return mark_crashed([*previous, *([current] if current else [])], message, keep=current)
+
+
+def mark_crashed(flow_run_ids: list[str], message: str, keep: str | None = None) -> int:
+    """Mark Crashed, with `message`, the flow runs `flow_run_ids` (except `keep`), their subflow
+    runs and the task runs of both that are still Running or Pending. Returns how many."""
     live = {StateType.RUNNING, StateType.PENDING}
-    ids = [UUID(i) for i in {*previous, *([current] if current else [])}]
+    current = keep
+    ids = [UUID(i) for i in set(flow_run_ids)]
     if not ids:
         return 0
     marked = 0
@@ -145,7 +178,6 @@ def crash_superseded(previous: list[str], current: str | None) -> int:
             flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=ids))
         )
         flows = [r for r in tops if str(r.id) != current] + children
-        message = f"superseded by flow run {current}, which resumed this run directory"
         for run in flows:
             if run.state_type in live:
                 client.set_flow_run_state(run.id, Crashed(message=message), force=True)
@@ -224,6 +256,15 @@ def learning_curve(
         if (out / "eval.json").is_file():
             stored = json.loads((out / "eval.json").read_text())
             metrics = {k: float(v) for k, v in stored.items() if k.startswith("eval/")}
+            if not tracker.evaluation_logged(out):  # killed while it was logged
+                log_evaluation(
+                    config,
+                    metrics,
+                    policy=stored["policy"],
+                    reward_model=stored["reward_model"],
+                    out_dir=out,
+                    parent_run_id=tracker.parent_id,
+                )
         else:
             metrics = rlanything_eval(
                 config=config,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -12,7 +13,9 @@ from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
+from prefect.exceptions import MissingContextError
 from prefect.logging import get_run_logger
+from prefect.logging.handlers import APILogHandler
 from prefect.runtime import task_run
 from prefect.states import Completed, State
 from prefect.utilities.annotations import quote
@@ -173,33 +176,63 @@ def _run_name(stage: str) -> str:
     return f"{stage}-round-{r}"
 
 
+def _run_log() -> Callable[[str], None]:
+    """Send a line to the current Prefect run's logs only (the API, so the UI's log view shows
+    it; not the console, where `progress` shows it already); outside a run, do nothing."""
+    try:
+        logger = get_run_logger()
+    except MissingContextError:
+        return lambda _line: None
+    handler = APILogHandler()
+
+    def send(line: str) -> None:
+        message, kwargs = logger.process(line, {})
+        record = logger.logger.makeRecord(
+            logger.logger.name, logging.INFO, __file__, 0, message, (), None,
+            extra=kwargs.get("extra"),
+        )  # fmt: skip
+        handler.handle(record)
+
+    return send
+
+
 @contextlib.contextmanager
 def progress(
     description: str, total: int, *, every_s: float = 60.0
 ) -> Iterator[Callable[[int], None]]:
     """A rich progress bar on a terminal; yields `advance(n)`. Where output goes to a file (a
     background run's log), a rich bar draws only when it ends, so a plain line is printed at
-    most every `every_s` seconds and at the end instead."""
-    columns = (
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
-    if Console().is_terminal:
-        with Progress(*columns, transient=False) as bar:
-            handle = bar.add_task(description, total=total)
-            yield lambda n: bar.advance(handle, n)
-        return
+    most every `every_s` seconds and at the end instead. Inside a Prefect run the same lines go
+    to the run's logs, so the UI shows a stage's progress."""
+    send = _run_log()
     start = last = time.monotonic()
     done = 0
 
-    def advance(n: int) -> None:
+    def tick(n: int, echo: bool) -> None:
         nonlocal done, last
         done += n
         now = time.monotonic()
         if now - last >= every_s or done >= total:
             last = now
-            print(f"{description}: {done}/{total} in {now - start:.0f} s", flush=True)
+            line = f"{description}: {done}/{total} in {now - start:.0f} s"
+            if echo:
+                print(line, flush=True)
+            send(line)
 
-    yield advance
+    if Console().is_terminal:
+        columns = (
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+        )
+        with Progress(*columns, transient=False) as bar:
+            handle = bar.add_task(description, total=total)
+
+            def advance(n: int) -> None:
+                bar.advance(handle, n)
+                tick(n, echo=False)
+
+            yield advance
+        return
+    yield lambda n: tick(n, echo=True)

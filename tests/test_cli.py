@@ -74,6 +74,25 @@ def test_the_prefect_ui_hint_names_the_server_the_user_will_open() -> None:
         assert prefect_ui_hint("abc") == "http://10.0.0.5:4300/runs/flow-run/abc"
 
 
+def test_an_unreachable_prefect_api_is_one_line_naming_the_ways_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A profile that still points at a stopped server: train stops at once, trains nothing."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from rlanything_core.models.services import free_port
+
+    url = f"http://127.0.0.1:{free_port()}/api"
+    config = Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml"
+    with temporary_settings(updates={PREFECT_API_URL: url}):
+        code = main(["train", "--config", str(config), "--run-dir", str(tmp_path / "run")])
+    out = capsys.readouterr().out
+    assert code == 2, out
+    assert f"the Prefect API at {url} (PREFECT_API_URL) does not answer" in out
+    assert "prefect server start" in out and "prefect config unset PREFECT_API_URL" in out
+    assert "resume" not in out and not (tmp_path / "run").exists()
+
+
 def _point(step: int, acc: float, low: float, high: float, rm: float) -> dict[str, float]:
     return {
         "step": step,

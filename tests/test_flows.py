@@ -8,9 +8,11 @@ import itertools
 import json
 import math
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import mlflow
 import numpy as np
@@ -49,6 +51,38 @@ from rlanything_flows.train import rlanything_train
 
 # End-to-end flows: the whole suite (`make test`), not the quick tier (`make test-fast`).
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
+
+
+def _subflows_named_and_progress_logged(flow_run_id: str) -> None:
+    """The train flow run's subflows are `round-N` and `eval-step-N`, and its logs (those of
+    its task runs included) hold each stage's progress line, as the UI's log view shows them."""
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterParentFlowRunId,
+        LogFilter,
+        LogFilterFlowRunId,
+    )
+
+    with get_client(sync_client=True) as client:
+        subflows = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[UUID(flow_run_id)])
+            )
+        )
+        names = sorted(r.name for r in subflows)
+        assert names == ["eval-step-0", "eval-step-2", "round-0", "round-1"], names
+        owners = [UUID(flow_run_id), *(r.id for r in subflows)]
+        deadline = time.monotonic() + 30  # logs reach the API in batches
+        while True:
+            logs = client.read_logs(
+                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=owners))
+            )
+            lines = [entry.message for entry in logs]
+            if any(re.fullmatch(r"round 1 rollout: (\d+)/\1 in \d+ s", m) for m in lines):
+                break
+            assert time.monotonic() < deadline, lines
+            time.sleep(1)
+    assert any(re.fullmatch(r"eval id rollout: (\d+)/\1 in \d+ s", m) for m in lines), lines
 
 
 def _artifact_keys(flow_run_id: Any) -> set[str]:
@@ -120,10 +154,25 @@ def test_two_rounds_end_to_end(tmp_path: Path) -> None:
     rows = json.loads(table.data) if isinstance(table.data, str) else table.data
     assert list(rows[0])[:5] == ["direction", "accepted", "acc_before", "acc_after", "changes"]
 
-    # MLflow: one parent run tagged with the flow run, one nested run per round
+    # the subflows say what they are, and the stages' progress lines are in the flow run's logs
+    _subflows_named_and_progress_logged(flow_run_id)
+
+    # MLflow: one parent run tagged with the flow run, one nested run per round; the flow run
+    # links it with an artifact, and it links the flow run back
     client = mlflow.tracking.MlflowClient()
     parent = client.get_run(summary["mlflow_run_id"])
     assert parent.data.tags["prefect.flow_run_id"] == flow_run_id
+    assert parent.data.tags["prefect.flow_run_url"].endswith(f"/runs/flow-run/{flow_run_id}")
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as prefect:
+        (link,) = prefect.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=[f"rlanything-mlflow-{slug}"])
+            ),
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[UUID(flow_run_id)])),
+        )
+    assert f"runs/{parent.info.run_id}?workflowType=machine_learning" in str(link.data)
     assert parent.data.params["mode"] == "env"
     experiment = client.get_experiment(parent.info.experiment_id)
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"  # training view
@@ -142,9 +191,9 @@ def test_two_rounds_end_to_end(tmp_path: Path) -> None:
         r = int(child.data.tags["rlanything.round"])
         # lineage: every dataset of the round, its role, the stage that wrote it, its sha256
         logged = {d.dataset.name: d for d in child.inputs.dataset_inputs}
-        written = ["rollouts", "judgments", "unit_tests", "policy_samples", "rm_samples"]
-        names = [f"{n}_round_{r:03d}" for n in [*written, "test_samples", "candidates"]]
-        names.append(f"acceptance_round_{r:03d}")
+        # not the unit-test datasets, which a judging reward model leaves empty
+        written = ["rollouts", "judgments", "policy_samples", "rm_samples", "candidates"]
+        names = [f"{n}_round_{r:03d}" for n in [*written, "acceptance"]]
         assert set(logged) == {f"tasks_round_{r:03d}", f"tasks_round_{r + 1:03d}", *names}
         for name, d in logged.items():
             tags = {t.key: t.value for t in d.tags}

@@ -411,7 +411,8 @@ def test_mlflow_artifacts_never_land_in_the_working_directory(
 
 
 def test_rewrite_table_names_the_changed_fields_and_keys_are_valid() -> None:
-    from rlanything_flows.round import artifact_slug, spec_changes
+    from rlanything_flows.round import spec_changes
+    from rlanything_flows.tracking import artifact_slug
 
     before = '{"goal_type": "put", "num_rooms": 1, "max_steps": 12}'
     after = '{"goal_type": "put", "num_rooms": 2, "max_steps": 14}'
