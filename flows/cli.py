@@ -8,14 +8,19 @@ docs/reference/cli.md, which is generated from `build_parser()`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
 import os
+import select
 import shutil
+import signal
 import sys
+import threading
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -299,13 +304,23 @@ def prefect_ui_hint(flow_run_id: str) -> str:
     return url if PREFECT_API_URL.value() else f"prefect server start  → {url}"
 
 
+def checked_rounds(rounds: int | None) -> int | None:
+    """`--rounds` as given, or a ConfigError when it is below 1."""
+    from rlanything_core.run.config import ConfigError
+
+    if rounds is not None and rounds < 1:
+        raise ConfigError(f"--rounds {rounds}: a run trains at least 1 round; give 1 or more.")
+    return rounds
+
+
 def _train(args: argparse.Namespace) -> int:
     from rlanything_core.run.config import load_config
 
+    rounds = checked_rounds(args.rounds)
     config = load_config(args.config)
     updates: dict[str, Any] = {}
-    if args.rounds is not None:
-        updates["rounds"] = args.rounds
+    if rounds is not None:
+        updates["rounds"] = rounds
     if args.seed is not None:
         updates["seed"] = args.seed
     config = config.model_copy(update=updates)
@@ -363,7 +378,30 @@ def _resume(args: argparse.Namespace) -> int:
     if not run.config_path.is_file():
         console.print(f"[red]{run.root} holds no config.yaml: not a run directory.[/red]")
         return 2
-    return _run(load_config(run.config_path), str(run.root), args.details)
+    config = load_config(run.config_path)
+    if args.redo_from is not None:
+        round_idx, stage = parse_redo_from(args.redo_from, config.rounds)
+        with run.exclusive():
+            removed = run.forget_from(round_idx, stage)
+        console.print(
+            f"redoing from round {round_idx}"
+            + (f", stage {stage}" if stage else "")
+            + f": removed {len(removed)} stage marker(s)"
+        )
+    return _run(config, str(run.root), args.details)
+
+
+def parse_redo_from(text: str, rounds: int) -> tuple[int, str | None]:
+    """`--redo-from ROUND[/STAGE]` as (round, stage or None), or a ConfigError naming it."""
+    from rlanything_core.run.config import ConfigError
+
+    number, _, stage = text.partition("/")
+    if not number.isdigit() or int(number) >= rounds:
+        raise ConfigError(
+            f"--redo-from {text}: give a round from 0 to {rounds - 1}, optionally with a stage, "
+            "e.g. --redo-from 1 or --redo-from 1/policy-update."
+        )
+    return int(number), stage or None
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -396,7 +434,7 @@ def _ablate(args: argparse.Namespace) -> int:
     from rlanything_core.run.config import load_config
 
     config = load_config(args.config)
-    if args.rounds is not None:
+    if checked_rounds(args.rounds) is not None:
         config = config.model_copy(update={"rounds": args.rounds})
     _prefect_defaults()
     from rlanything_flows.ablate import rlanything_ablate
@@ -424,7 +462,16 @@ def _rloop(args: argparse.Namespace) -> int:
     from rlanything_flows.rloop import rlanything_rloop
 
     start = time.perf_counter()
-    summary = rlanything_rloop(config=config, run_dir=run_dir)
+    stop = SignalStop(run_dir, f"rlanything rloop --config {args.config} --run-dir {run_dir}")
+    try:
+        with stop.installed():
+            summary = rlanything_rloop(config=config, run_dir=run_dir)
+    except BaseException as exc:
+        signum = stop.caught(exc)
+        if signum is None:
+            raise
+        console.print(f"[red]error:[/red] {stop.last_line(signum)}", soft_wrap=True)
+        return 128 + signum
     table = Table(title=f"rlanything rloop: {summary['run_dir']}")
     keys = sorted(
         {
@@ -579,11 +626,116 @@ def prefect_api_problem() -> str | None:
     return None
 
 
+class Stopped(BaseException):
+    """SIGINT or SIGTERM asked the run to stop (a BaseException, as KeyboardInterrupt is, so
+    that no `except Exception` in the stages swallows it)."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+
+STOP_GRACE_S = 20.0
+"""Seconds a stopped run may spend ending its Prefect and MLflow runs before it exits anyway:
+a Prefect server that died with the process group would otherwise be retried for minutes."""
+
+
+class SignalStop:
+    """SIGINT and SIGTERM stop a run within `STOP_GRACE_S`, whoever's handler catches them.
+
+    Our handler raises `Stopped` in the main thread: the stage in progress is abandoned (resume
+    sweeps what it half wrote) and the MLflow run ends KILLED. While a flow runs, Prefect swaps
+    in its own SIGTERM handler, which crashes the flow run and sends the signal again once it
+    has (landing here). Every signal is also seen by a watcher thread through the interpreter's
+    wakeup fd: if the process has not ended `STOP_GRACE_S` after the first, or at a second,
+    the watcher ends the run directory's MLflow runs KILLED (`tracking.record_crash`), prints
+    the last line and exits."""
+
+    def __init__(self, run_dir: str, resume: str) -> None:
+        self.run_dir, self.resume = run_dir, resume
+        self.signum: int | None = None
+
+    def caught(self, exc: BaseException) -> int | None:
+        """The signal that `exc`, raised out of the run, stands for: ours (`Stopped`), Prefect's
+        (its TerminationSignal), or any error after a signal arrived; None otherwise."""
+        for found in (getattr(exc, "signum", None), getattr(exc, "signal", None), self.signum):
+            if isinstance(found, int):
+                return found
+        return signal.SIGINT if isinstance(exc, KeyboardInterrupt) else None
+
+    def last_line(self, signum: int) -> str:
+        return f"stopped by {signal.Signals(signum).name}; `{self.resume}` continues the run"
+
+    def _exit_now(self, signum: int, why: str) -> None:
+        from rlanything_core.run.rundir import RunDir
+        from rlanything_flows.tracking import record_crash
+
+        with contextlib.suppress(Exception):
+            record_crash(RunDir(self.run_dir), f"stopped by {signal.Signals(signum).name}")
+        console.print(f"[red]error:[/red] {self.last_line(signum)} ({why})", soft_wrap=True)
+        sys.stdout.flush()
+        os._exit(128 + signum)
+
+    def _handler(self, signum: int, _frame: Any) -> None:
+        raise Stopped(signum)
+
+    def _watch(self, read_fd: int) -> None:
+        seen, resent = 0, 0
+        while True:
+            try:
+                data = os.read(read_fd, 64)
+            except BlockingIOError:
+                select.select([read_fd], [], [])
+                continue
+            except OSError:
+                return
+            for signum in data:
+                if signum not in (signal.SIGINT, signal.SIGTERM):
+                    continue
+                seen += 1
+                if seen == 1:
+                    self.signum = signum
+                    # Prefect's SIGTERM handler, while its flow runs, sends the signal again
+                    # once it has crashed the flow run: that repeat is not a second signal
+                    bridged = signal.getsignal(signal.SIGTERM) is not self._handler
+                    resent = 1 if signum == signal.SIGTERM and bridged else 0
+                    # what fails from here on (a Prefect server that died with the process
+                    # group) is the stop's doing: the last line says what happened
+                    logging.getLogger("prefect").setLevel(logging.CRITICAL)
+                    timer = threading.Timer(
+                        STOP_GRACE_S,
+                        self._exit_now,
+                        (signum, f"its runs did not close within {STOP_GRACE_S:.0f} s"),
+                    )
+                    timer.daemon = True
+                    timer.start()
+                elif seen > 1 + resent:
+                    self._exit_now(signum, "a second signal: exited at once")
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[SignalStop]:
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(read_fd, False)
+        os.set_blocking(write_fd, False)
+        previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        previous = {s: signal.signal(s, self._handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        threading.Thread(target=self._watch, args=(read_fd,), daemon=True).start()
+        try:
+            yield self
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+            signal.set_wakeup_fd(previous_fd)
+            os.close(write_fd)
+
+
 def _run(config: Any, run_dir: str, details: bool = False) -> int:
     """Train in `run_dir`. A failure prints one `error:` line (exit 2); every traceback, Prefect's
     included, goes to $RLANYTHING_DATA/logs/, which that line names."""
     _prefect_defaults()
-    problem = prefect_api_problem()
+    from rlanything_flows.tracking import store_problem, tracking_uri
+
+    problem = prefect_api_problem() or store_problem(tracking_uri())
     if problem is not None:
         console.print(f"[red]error:[/red] {problem}", soft_wrap=True)
         return 2
@@ -599,11 +751,17 @@ def _run(config: Any, run_dir: str, details: bool = False) -> int:
     for handler in handlers:
         handler.addFilter(quiet)
     start = time.perf_counter()
+    stop = SignalStop(run_dir, f"rlanything resume --run-dir {run_dir}")
     try:
-        summary = rlanything_train(config=config, run_dir=run_dir)
-    except expected_errors():
-        raise
-    except Exception as exc:
+        with stop.installed():
+            summary = rlanything_train(config=config, run_dir=run_dir)
+    except BaseException as exc:
+        signum = stop.caught(exc)
+        if signum is not None:  # whatever the signal became on its way up
+            console.print(f"[red]error:[/red] {stop.last_line(signum)}", soft_wrap=True)
+            return 128 + signum
+        if isinstance(exc, expected_errors()) or not isinstance(exc, Exception):
+            raise
         quiet.write("".join(traceback.format_exception(exc)))
         console.print(
             f"[red]error:[/red] {type(exc).__name__}: {exc} (the run stopped; traceback: "
@@ -689,6 +847,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--run-dir", required=True, metavar="DIR", help="the run directory to continue"
     )
     resume.add_argument("--details", action="store_true", help=DETAILS_HELP)
+    resume.add_argument(
+        "--redo-from",
+        metavar="ROUND[/STAGE]",
+        help="train again from this round (and stage, e.g. 1/policy-update) on: the remedy "
+        "for a file of a finished stage that is damaged or lost",
+    )
     resume.set_defaults(func=_resume)
 
     ev = sub.add_parser(
@@ -905,6 +1069,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def expected_errors() -> tuple[type[Exception], ...]:
     """Errors whose message says what to change: printed as one line, without a traceback."""
+    from rlanything_core.base.atomic import WriteError
     from rlanything_core.base.schemas import SchemaError
     from rlanything_core.envs.common import SpecError
     from rlanything_core.envs.gui.browser import BrowserError
@@ -925,6 +1090,7 @@ def expected_errors() -> tuple[type[Exception], ...]:
         SandboxError,
         SchemaError,
         SpecError,
+        WriteError,
     )
 
 

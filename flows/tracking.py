@@ -22,6 +22,7 @@ import json
 import math
 import os
 import re
+import sqlite3
 import time
 import warnings
 from collections.abc import Iterator
@@ -114,6 +115,25 @@ def artifact_location(uri: str, name: str, configured: str | None) -> str | None
     return None
 
 
+def store_problem(uri: str) -> str | None:
+    """Why the local SQLite store `uri` cannot be used (a corrupt or foreign file), naming the
+    file and how to start a fresh store; None when it can, or is not a local SQLite store."""
+    database = Path(uri.removeprefix("sqlite:///").split("?")[0])
+    if not uri.startswith("sqlite:///") or not database.is_file():
+        return None
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
+            db.execute("SELECT name FROM sqlite_master LIMIT 1").fetchall()
+    except sqlite3.DatabaseError as exc:
+        return (
+            f"the MLflow store {database} is not a readable SQLite database ({exc}). Move it "
+            f"aside (mv {database} {database}.broken) to start a fresh store; run directories "
+            "keep every file (a run started with the old store resumes only with it). Nothing "
+            "was trained."
+        )
+    return None
+
+
 def open_experiment(uri: str, name: str, location: str | None = None) -> str:
     """Point MLflow at `uri` and return the id of experiment `name`, creating either if missing;
     a new experiment keeps its artifacts at `artifact_location(uri, name, location)`.
@@ -188,6 +208,9 @@ class Tracker:
         )
         self.client = MlflowClient(self.uri)
         self.started = time.time()
+        self.redone_from: int | None = None
+        """The first redone round (`forget_rounds`): its and later steps' parent points are
+        compared by value before they are logged again."""
         self.idle = False
         """Set when this attempt trained nothing (`finish` then leaves the run as it was)."""
         self.previous: tuple[str, int | None] | None = None
@@ -347,9 +370,7 @@ class Tracker:
         for start in range(0, len(points), 500):
             batch = points[start : start + 500]
             self.client.log_batch(child_id, metrics=batch)
-            logged = self.client.get_metric_history(self.parent_id, batch[0].key)
-            if not any(m.step == round_idx for m in logged):
-                self.client.log_batch(self.parent_id, metrics=batch)
+            self._log_parent_points(batch, round_idx)
         failpoints.reached(f"{round_idx}/mlflow-metrics", f"the metrics of round {round_idx}")
         self._log_round_datasets(child_id, round_idx)
         for role in ROLES:
@@ -507,11 +528,53 @@ class Tracker:
         stamp = int(pd.Timestamp.now().timestamp() * 1000)
         points = [Metric(k, float(v), stamp, step) for k, v in sorted(metrics.items())]
         for start in range(0, len(points), 500):
-            batch = points[start : start + 500]
-            logged = self.client.get_metric_history(self.parent_id, batch[0].key)
-            if not any(m.step == step for m in logged):
-                self.client.log_batch(self.parent_id, metrics=batch)
+            self._log_parent_points(points[start : start + 500], step)
         self._move_best(step, metrics)
+
+    def _log_parent_points(self, batch: list[Metric], step: int) -> None:
+        """Log `batch` (points at `step`) to the parent run unless it is there already: a
+        resume after a crash between logging and summary.json checks the batch's first point.
+        For a redone round (`forget_rounds`) each point is compared by value, and only those
+        that changed are logged (MLflow keeps history: the new point becomes the latest)."""
+        if self.redone_from is not None and step >= self.redone_from:
+            changed = [
+                point
+                for point in batch
+                if not any(
+                    m.step == step and m.value == point.value
+                    for m in self.client.get_metric_history(self.parent_id, point.key)
+                )
+            ]
+            if changed:
+                self.client.log_batch(self.parent_id, metrics=changed)
+            return
+        logged = self.client.get_metric_history(self.parent_id, batch[0].key)
+        if not any(m.step == step for m in logged):
+            self.client.log_batch(self.parent_id, metrics=batch)
+
+    def forget_rounds(self, first: int) -> list[str]:
+        """Retire the MLflow runs of rounds `first` on and of the evaluations after them
+        (learning-curve steps above `first`), which are being trained again: each is marked
+        KILLED and tagged `rlanything.redone`, and what it registered is removed (`retire`).
+        Returns their ids."""
+        self.redone_from = first
+        nested = self.client.search_runs(
+            [self.experiment_id],
+            filter_string=f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{self.parent_id}'",
+        )
+        retired = []
+        for child in nested:
+            tags = child.data.tags
+            if "rlanything.run_dir" in tags:  # an RLoop cycle's own training run
+                continue
+            out = Path(tags.get("rlanything.out_dir", ""))
+            later_round = "rlanything.round" in tags and int(tags["rlanything.round"]) >= first
+            later_eval = out.name.startswith("step_") and int(out.name[5:]) > first
+            if later_round or later_eval:
+                self.client.set_tag(child.info.run_id, "rlanything.redone", "true")
+                retire(self.client, self.experiment_id, child.info.run_id)
+                retired.append(child.info.run_id)
+        return retired
 
     def log_learning_curve(self, curve: list[dict[str, float]]) -> Path:
         """PNG of held-out policy accuracy (in-domain and OOD) per rounds completed, with the 95 %
@@ -569,11 +632,12 @@ class Tracker:
 
     @contextlib.contextmanager
     def finishing(self) -> Iterator[Tracker]:
-        """The MLflow run ends FINISHED when the block does, FAILED when it raises."""
+        """The MLflow run ends FINISHED when the block does, FAILED when it raises, KILLED when
+        a signal or Ctrl-C stops it (an exception that is not an Exception)."""
         try:
             yield self
-        except BaseException:
-            self.finish("FAILED")
+        except BaseException as exc:
+            self.finish("FAILED" if isinstance(exc, Exception) else "KILLED")
             raise
         self.finish()
 

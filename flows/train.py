@@ -12,6 +12,7 @@ idempotent.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Sequence
 from datetime import UTC
@@ -192,6 +193,27 @@ def mark_crashed(flow_run_ids: list[str], message: str, keep: str | None = None)
     return marked
 
 
+def redo_rounds(run: RunDir, tracker: Tracker, summary: dict[str, Any], first: int) -> None:
+    """Forget what the run recorded of rounds `first` on, whose stage markers are no longer
+    all there (`rlanything resume --redo-from`, or removed by hand), so that they are trained
+    again: their summary entries, the learning curve's later steps (evaluated on their
+    checkpoints, so their eval/step_NNN/ too) and their MLflow runs (`Tracker.forget_rounds`)."""
+    get_run_logger().info(
+        "round %d lacks stage markers: redoing rounds %d to %d",
+        first,
+        first,
+        len(summary["rounds"]) - 1,
+    )
+    summary["rounds"] = summary["rounds"][:first]
+    if "eval" in summary:
+        summary["eval"] = [p for p in summary["eval"] if p["step"] <= first]
+    for step_dir in sorted((run.root / "eval").glob("step_*")):
+        if int(step_dir.name.removeprefix("step_")) > first:
+            shutil.rmtree(step_dir)
+    tracker.forget_rounds(first)
+    write_json(run.summary_path, summary)
+
+
 def train_rounds(config: RunConfig, run: RunDir, tracker: Tracker) -> dict[str, Any]:
     """The initial task pool (unless one is there), the warm start, then the rounds that
     summary.json does not list yet, each the `rlanything-round` subflow logged by `tracker`.
@@ -211,6 +233,9 @@ def train_rounds(config: RunConfig, run: RunDir, tracker: Tracker) -> dict[str, 
     )
     summary["mlflow_run_id"] = tracker.parent_id
     summary["mlflow_tracking_uri"] = tracker.uri
+    complete = run.complete_rounds(config.rounds)
+    if len(summary["rounds"]) > complete:  # markers removed: redo from the first such round
+        redo_rounds(run, tracker, summary, complete)
     marked = crash_superseded(summary.get("prefect_flow_run_ids", []), flow_run.get_id())
     if marked:
         get_run_logger().info("marked %d flow/task run(s) of a killed process Crashed", marked)
@@ -229,6 +254,7 @@ def train_rounds(config: RunConfig, run: RunDir, tracker: Tracker) -> dict[str, 
         write_json(run.summary_path, summary)
         tracker.log_plots(summary["rounds"])
         learning_curve(config, run, tracker, summary)
+    run.verify_all()  # exit 0 only where every file a finished stage recorded is intact
     return summary
 
 

@@ -93,6 +93,48 @@ def test_an_unreachable_prefect_api_is_one_line_naming_the_ways_out(
     assert "resume" not in out and not (tmp_path / "run").exists()
 
 
+def test_a_corrupt_mlflow_store_is_one_line_naming_the_file_and_the_way_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = tmp_path / "mlflow.db"
+    store.write_bytes(b"not a database" * 400)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
+    config = Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml"
+    code = main(["train", "--config", str(config), "--run-dir", str(tmp_path / "run")])
+    out = capsys.readouterr().out
+    assert code == 2, out
+    assert f"the MLflow store {store} is not a readable SQLite database" in out
+    assert f"mv {store} {store}.broken" in out and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--config", "{empty}"], "is empty (or only comments); write {} in it"),
+        (["--config", "{dir}"], "is a directory, not a config file"),
+        (["--config", "{tiny}", "--rounds", "0"], "--rounds 0: a run trains at least 1 round"),
+        (["--config", "{tiny}", "--rounds", "-1"], "--rounds -1: a run trains at least 1 round"),
+        (["--config", "{model}"], "model path './no/such/model' is not a directory"),
+    ],
+)
+def test_small_mistakes_are_one_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    (tmp_path / "empty.yaml").write_text("# nothing but a comment\n")
+    (tmp_path / "model.yaml").write_text("policy:\n  model: {source: ./no/such/model}\n")
+    paths = {
+        "empty": tmp_path / "empty.yaml",
+        "dir": tmp_path,
+        "tiny": Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml",
+        "model": tmp_path / "model.yaml",
+    }
+    argv = ["train", *(a.format(**paths) for a in args), "--run-dir", str(tmp_path / "run")]
+    assert main(argv) == 2
+    out = capsys.readouterr().out
+    assert out.startswith("error: ") and message in out, out
+    assert not (tmp_path / "run").exists()
+
+
 def _point(step: int, acc: float, low: float, high: float, rm: float) -> dict[str, float]:
     return {
         "step": step,

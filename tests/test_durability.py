@@ -112,3 +112,26 @@ def test_stage_markers_store_outputs_relative_to_a_run_directory_that_can_move(
         moved.root / "checkpoints/policy/warm_start"
     )
     assert moved.verify_all() == 1
+
+
+def test_a_full_disk_while_a_file_is_written_names_it_and_the_space_left(tmp_path: Path) -> None:
+    """The kernel refuses writes past RLIMIT_FSIZE (EFBIG) as a full disk refuses them (ENOSPC):
+    one error naming the file, the bytes it took and the free space; the old file stays."""
+    import resource
+
+    from rlanything_core.base.atomic import WriteError
+
+    target = tmp_path / "rollouts.parquet"
+    target.write_bytes(b"old")
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    try:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
+        with pytest.raises(WriteError) as caught, atomic_path(target) as tmp:
+            tmp.write_bytes(b"x" * 100_000)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, handler)
+    message = str(caught.value)
+    assert f"could not write {target}" in message and "bytes are free there" in message
+    assert target.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == [target.name]

@@ -15,6 +15,7 @@ import errno
 import json
 import math
 import os
+import re
 import resource
 import shutil
 import signal
@@ -499,6 +500,7 @@ def _previous_checkpoint_survives(path: Path, attempt: Any) -> None:
     with pytest.raises(OSError) as caught:
         attempt()
     assert caught.value.errno in (errno.ENOSPC, errno.EFBIG), caught.value
+    assert re.search(r"it needs about \d+ bytes, \d+ bytes are free there", str(caught.value))
     after = load_file(str(path / "model.safetensors"))
     assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
     load_model(str(path), device="cpu")  # still a loadable checkpoint

@@ -125,6 +125,12 @@ def test_n_choices_are_the_answers_to_consecutive_seeds_and_top_logprobs_are_tex
             "content parts of type 'image_url' are not supported",
         ),
         ({"messages": []}, "messages"),
+        ({"seed": 2**64}, "seed: Input should be less than or equal to"),
+        ({"seed": -1}, "seed: Input should be greater than or equal to 0"),
+        (
+            {"messages": [{"role": "user", "content": "a lone \ud800 surrogate"}]},
+            r"messages\[0\]\.content holds a character that is not valid Unicode",
+        ),
         ({"max_tokens": 4096}, "maximum context length is 4096 tokens"),
     ],
 )
@@ -136,6 +142,27 @@ def test_bad_requests_get_a_400_that_names_the_problem(
     assert caught.value.status_code == 400
     body = caught.value.body
     assert isinstance(body, dict) and body["type"] == "invalid_request_error"
+
+
+def test_a_bad_request_sent_beside_valid_ones_fails_alone(served: Service) -> None:
+    """A seed past torch's range, sent among 19 concurrent valid requests that the server
+    batches together: it gets a 400 naming `seed`, and every valid one its answer."""
+    url = f"{_v1(served)}/chat/completions"
+    body = {"model": "judge", "messages": QUESTION, "max_tokens": 8, "temperature": 1.0}
+    results: dict[int, httpx.Response] = {}
+
+    def send(i: int) -> None:
+        seed = 18446744073709551616 if i == 0 else i
+        results[i] = httpx.post(url, json={**body, "seed": seed}, timeout=120)
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results[0].status_code == 400
+    assert results[0].json()["error"]["param"] == "seed"
+    assert [results[i].status_code for i in range(1, 20)] == [200] * 19
 
 
 def test_a_megabyte_prompt_is_refused_at_once_and_the_server_keeps_answering(

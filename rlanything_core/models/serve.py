@@ -67,6 +67,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_TOKENS = 256
 MAX_N = 16
+MAX_SEED = 2**63 - 1 - MAX_N
+"""The largest `seed`: choice k samples with seed + k, and torch's generators take seeds below
+2**63."""
 MAX_TOP_LOGPROBS = 20
 MAX_STOPS = 16
 
@@ -149,7 +152,7 @@ class ChatRequest(BaseModel):
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     temperature: float = Field(1.0, ge=0.0, le=2.0)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)
     n: int = Field(1, ge=1, le=MAX_N)
     stop: str | list[str] | None = None
     stream: bool = False
@@ -409,8 +412,18 @@ class ModelServer:
             for j in jobs:
                 j.done.set_exception(ServeError(503, "the server shut down during the answer"))
             return
-        except Exception as exc:  # handed to the waiting requests
-            log.exception("decoding failed")
+        except Exception as exc:
+            fresh = [j for j in jobs if not j.ids]
+            if len(jobs) > 1 and fresh:
+                # one request's failure must not fail the others batched with it: decode each
+                # answer that has not started alone, so the error reaches only its own request
+                for j in jobs:
+                    if j.ids:
+                        j.done.set_exception(exc)
+                for j in fresh:
+                    self._decode(name, max_tokens, temperature, ignore_eos, [j])
+                return
+            log.exception("decoding failed")  # handed to the waiting request(s)
             for j in jobs:
                 j.done.set_exception(exc)
             return
@@ -553,6 +566,17 @@ def create_app(server: ModelServer) -> FastAPI:
     async def chat(request: ChatRequest) -> dict[str, Any] | StreamingResponse:
         _, tokenizer = server.loaded(request.model)
         messages = [m.as_template_message() for m in request.messages]
+        for i, message in enumerate(messages):
+            try:
+                message["content"].encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise ServeError(
+                    400,
+                    f"messages[{i}].content holds a character that is not valid Unicode text "
+                    f"(a lone surrogate, {exc.object[exc.start]!r} at position {exc.start}); "
+                    "send UTF-8 text",
+                    param=f"messages.{i}.content",
+                ) from exc
         # A prompt far past the context is refused without tokenizing it: tokenizing a megabyte
         # takes about a second and leaves the allocator hundreds of MB larger each time.
         at_least = sum(len(m["content"]) for m in messages) // server.chars_per_token(tokenizer)

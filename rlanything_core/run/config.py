@@ -716,16 +716,26 @@ class ConfigError(ValueError):
 def load_config(path: str | Path) -> RunConfig:
     """Read a YAML config file into a RunConfig, with errors that name the field to change."""
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(
+            f"{p} is a directory, not a config file; give the path of a YAML file, such as "
+            "configs/tiny.yaml."
+        )
     if not p.is_file():
         raise ConfigError(f"config file {p} does not exist; see configs/ for examples.")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:
         raise ConfigError(
             f"{p} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8."
         ) from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p} is not valid YAML: {exc}") from exc
+    if data is None:
+        raise ConfigError(
+            f"{p} is empty (or only comments); write {{}} in it to train with every default, "
+            "or start from a file in configs/."
+        )
     nodes = _expanded_nodes(data, MAX_CONFIG_NODES)
     if nodes > MAX_CONFIG_NODES:
         raise ConfigError(

@@ -28,6 +28,16 @@ from rlanything_core.base.schemas import read_dataset, rows_frame, write_dataset
 from rlanything_core.run.config import ConfigError, RunConfig, dump_config, load_config
 
 ROLES = ("policy", "reward_model")
+ROUND_STAGES = (
+    "rollout",
+    "reward-scoring",
+    "advantage-computation",
+    "policy-update",
+    "rm-update",
+    "task-rewriting",
+    "acceptance-check",
+)
+"""The names of a round's seven stages (their markers' names), in order."""
 WARM_START = -1  # the round index of the warm start's stage (before round 0)
 EXPLOITATION = -2  # the round index of an RLoop cycle's exploitation stages (after its rounds)
 
@@ -225,11 +235,43 @@ class RunDir:
                 problem = "differs from what was written (sha256 mismatch: corrupted or edited)"
             else:
                 continue
+            remedy = (
+                f"`rlanything resume --run-dir {self.root} --redo-from {round_idx}/{stage}` "
+                "redoes that stage and everything after it"
+                if round_idx >= 0 and stage in ROUND_STAGES
+                else "delete that marker so that resume redoes the stage"
+            )
             raise RunDirError(
                 f"{path} {problem}; the {stage} stage wrote it and finished (marker {marker}). "
-                "Restore the file from a backup, or delete that marker and the markers of the "
-                "stages after it so that resume redoes them."
+                f"Restore the file from a backup, or: {remedy}."
             )
+
+    def complete_rounds(self, rounds: int) -> int:
+        """How many rounds from round 0 on have every stage's marker: where training goes on."""
+        done = 0
+        while done < rounds and all(self.marker(done, s).is_file() for s in ROUND_STAGES):
+            done += 1
+        return done
+
+    def forget_from(self, round_idx: int, stage: str | None = None) -> list[Path]:
+        """Remove the markers of `stage` (default: the round's first) and of every stage after
+        it, in `round_idx` and all later rounds, so that resume redoes them; the files stay
+        until the stages overwrite them. Returns the markers removed."""
+        if stage is not None and stage not in ROUND_STAGES:
+            raise RunDirError(
+                f"--redo-from {round_idx}/{stage}: no stage is called {stage!r}; name one of "
+                f"{', '.join(ROUND_STAGES)}."
+            )
+        first = ROUND_STAGES.index(stage) if stage is not None else 0
+        removed = []
+        for path in sorted(self.root.glob("round_*/_stages/*.json")):
+            r = int(path.parent.parent.name.removeprefix("round_"))
+            if path.stem in ROUND_STAGES and (
+                r > round_idx or (r == round_idx and ROUND_STAGES.index(path.stem) >= first)
+            ):
+                path.unlink()
+                removed.append(path)
+        return removed
 
     def verify_all(self) -> int:
         """Check every finished stage of the run (all rounds, warm start, RLoop phases) against
