@@ -71,6 +71,7 @@ class ModelConfig(_Strict):
                 f"directory, or use {EMBEDDED_DEFAULT!r}"
             )
         return source
+
     device: str = "auto"
     """"auto" (CUDA when available, else CPU), "cpu" or "cuda[:n]"."""
     dtype: Literal[
