@@ -286,8 +286,9 @@ def learning_curve(
                 log_evaluation(
                     config,
                     metrics,
-                    policy=stored["policy"],
-                    reward_model=stored["reward_model"],
+                    # an evaluation adopted from another run (ablations) may not name them
+                    policy=str(stored.get("policy", out.name)),
+                    reward_model=stored.get("reward_model"),
                     out_dir=out,
                     parent_run_id=tracker.parent_id,
                 )

@@ -26,8 +26,10 @@ def test_deployment_entrypoint_and_parameters() -> None:
     assert "{date}" in nightly["parameters"]["run_dir"]
     assert "{flow_run_name}" in nightly["parameters"]["run_dir"]
     # the config is a file of the clone, by path; no pull step: workers run in the clone
-    assert nightly["parameters"]["config_file"] == "configs/tiny.yaml"
-    assert load_config(ROOT / nightly["parameters"]["config_file"]).rounds >= 1
+    assert nightly["parameters"]["config_file"] == "configs/nightly-tiny.yaml"
+    nightly_config = load_config(ROOT / nightly["parameters"]["config_file"])
+    assert nightly_config.rounds >= 1
+    assert nightly_config.evaluation.every == 1  # so the registered models get `best`
     assert deployments["gpu-node"]["parameters"]["config_file"] == "configs/gpu-node.yaml"
     assert load_config(ROOT / "configs" / "gpu-node.yaml").policy.model.engine is not None
     assert spec["pull"] is None
