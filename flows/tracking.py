@@ -326,7 +326,15 @@ class Tracker:
             entity = data._to_mlflow_entity()  # infers the schema, where the hint is raised
         labels = {"sha256": full, **(tags or {}), MLFLOW_DATASET_CONTEXT: context}
         entry = DatasetInput(entity, [InputTag(k, v) for k, v in labels.items()])
-        self.client.log_inputs(run_id, datasets=[entry])
+        try:
+            self.client.log_inputs(run_id, datasets=[entry])
+        except MlflowException as exc:
+            # Two runs sharing a store may insert the same dataset (equal name and digest) at
+            # once; MLflow's look-up-then-insert lets the second fail on the unique key. The
+            # dataset exists by then, so logging again links it instead of inserting it.
+            if "UNIQUE constraint failed: datasets" not in str(exc):
+                raise
+            self.client.log_inputs(run_id, datasets=[entry])
 
     def _round_run(self, round_idx: int, started: float | None) -> tuple[str, bool]:
         """(run id, already finished) of the round's nested run, creating it when missing, with

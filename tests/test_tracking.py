@@ -82,3 +82,74 @@ def test_a_retry_logs_again_an_evaluation_whose_run_was_killed(
     learning_curve(config, run, tracker, summary)
     assert tracker.evaluation_logged(out)
     assert summary["eval"] == [{"step": 0, **metrics}]
+
+
+def test_a_dataset_inserted_by_another_run_at_once_is_linked_not_fatal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two identical runs sharing a store log equal datasets (same name and digest). When the
+    other run inserts it between MLflow's look-up and insert, the store raises its unique-key
+    error; the dataset then exists, so the tracker links it to its own run and goes on."""
+    import pandas as pd
+    from mlflow.exceptions import MlflowException
+
+    from rlanything_core.base.schemas import write_dataset
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    config = tiny(rounds=1)
+    ours, theirs = RunDir(tmp_path / "a"), RunDir(tmp_path / "b")
+    for run in (ours, theirs):
+        run.init(config)
+    tracker, other = Tracker(ours, config, None), Tracker(theirs, config, None)
+    pool = tmp_path / "tasks.parquet"
+    frame = pd.DataFrame(
+        {
+            "round": [0, 0],
+            "task_id": ["t0", "t1"],
+            "task_version": [0, 0],
+            "parent_task_id": [None, None],
+            "origin": ["seed", "seed"],
+            "direction": [None, None],
+            "created_round": [0, 0],
+            "acc_parent": [None, None],
+            "acc_candidate": [None, None],
+            "env": ["household", "household"],
+            "spec": ["{}", "{}"],
+        }
+    )
+    write_dataset(frame, pool, "tasks")
+    real = tracker.client.log_inputs
+    calls = []
+
+    def racing(run_id: str, datasets: list) -> None:
+        calls.append(run_id)
+        if len(calls) == 1:  # the other run wins the insert; the store refuses ours
+            other._log_input(other.parent_id, pool, "tasks", "tasks_round_000", "input")
+            raise MlflowException(
+                "(sqlite3.IntegrityError) UNIQUE constraint failed: datasets.experiment_id, "
+                "datasets.name, datasets.digest"
+            )
+        real(run_id, datasets=datasets)
+
+    monkeypatch.setattr(
+        tracker.client, "log_inputs", lambda run_id, datasets: racing(run_id, datasets)
+    )
+    tracker._log_input(tracker.parent_id, pool, "tasks", "tasks_round_000", "input")
+    assert len(calls) == 2
+    for run_id in (tracker.parent_id, other.parent_id):
+        inputs = tracker.client.get_run(run_id).inputs.dataset_inputs
+        assert [i.dataset.name for i in inputs] == ["tasks_round_000"]
+    digests = {
+        i.dataset.digest
+        for r in (tracker.parent_id, other.parent_id)
+        for i in tracker.client.get_run(r).inputs.dataset_inputs
+    }
+    assert len(digests) == 1
+
+    def refused(run_id: str, datasets: list) -> None:
+        raise MlflowException("the store is read-only")
+
+    monkeypatch.setattr(tracker.client, "log_inputs", refused)
+    with pytest.raises(MlflowException, match="read-only"):  # any other failure is not hidden
+        tracker._log_input(tracker.parent_id, pool, "tasks", "tasks_round_001", "input")
+    mlflow.end_run()
