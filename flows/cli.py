@@ -467,11 +467,10 @@ def _rloop(args: argparse.Namespace) -> int:
         with stop.installed():
             summary = rlanything_rloop(config=config, run_dir=run_dir)
     except BaseException as exc:
-        signum = stop.caught(exc)
-        if signum is None:
+        status = stop.ended(exc)
+        if status is None:
             raise
-        console.print(f"[red]error:[/red] {stop.last_line(signum)}", soft_wrap=True)
-        return 128 + signum
+        return status
     table = Table(title=f"rlanything rloop: {summary['run_dir']}")
     keys = sorted(
         {
@@ -666,6 +665,15 @@ class SignalStop:
     def last_line(self, signum: int) -> str:
         return f"stopped by {signal.Signals(signum).name}; `{self.resume}` continues the run"
 
+    def ended(self, exc: BaseException) -> int | None:
+        """When `exc` stands for a signal (whatever it became on its way up): print the last
+        line and return the exit status, 128 + the signal; None otherwise."""
+        signum = self.caught(exc)
+        if signum is None:
+            return None
+        console.print(f"[red]error:[/red] {self.last_line(signum)}", soft_wrap=True)
+        return 128 + signum
+
     def _exit_now(self, signum: int, why: str) -> None:
         from rlanything_core.run.rundir import RunDir
         from rlanything_flows.tracking import record_crash
@@ -756,10 +764,9 @@ def _run(config: Any, run_dir: str, details: bool = False) -> int:
         with stop.installed():
             summary = rlanything_train(config=config, run_dir=run_dir)
     except BaseException as exc:
-        signum = stop.caught(exc)
-        if signum is not None:  # whatever the signal became on its way up
-            console.print(f"[red]error:[/red] {stop.last_line(signum)}", soft_wrap=True)
-            return 128 + signum
+        status = stop.ended(exc)
+        if status is not None:
+            return status
         if isinstance(exc, expected_errors()) or not isinstance(exc, Exception):
             raise
         quiet.write("".join(traceback.format_exception(exc)))
