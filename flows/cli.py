@@ -383,8 +383,9 @@ def _resume(args: argparse.Namespace) -> int:
         round_idx, stage = parse_redo_from(args.redo_from, config.rounds)
         with run.exclusive():
             removed = run.forget_from(round_idx, stage)
+        where = "the warm start" if round_idx < 0 else f"round {round_idx}"
         console.print(
-            f"redoing from round {round_idx}"
+            f"redoing from {where}"
             + (f", stage {stage}" if stage else "")
             + f": removed {len(removed)} stage marker(s)"
         )
@@ -392,14 +393,18 @@ def _resume(args: argparse.Namespace) -> int:
 
 
 def parse_redo_from(text: str, rounds: int) -> tuple[int, str | None]:
-    """`--redo-from ROUND[/STAGE]` as (round, stage or None), or a ConfigError naming it."""
+    """`--redo-from ROUND[/STAGE]` or `--redo-from warm-start` as (round, stage or None),
+    WARM_START for the warm start, or a ConfigError naming it."""
     from rlanything_core.run.config import ConfigError
+    from rlanything_core.run.rundir import WARM_START, WARM_START_STAGE
 
+    if text == WARM_START_STAGE:
+        return WARM_START, None
     number, _, stage = text.partition("/")
     if not number.isdigit() or int(number) >= rounds:
         raise ConfigError(
             f"--redo-from {text}: give a round from 0 to {rounds - 1}, optionally with a stage, "
-            "e.g. --redo-from 1 or --redo-from 1/policy-update."
+            f"e.g. --redo-from 1 or --redo-from 1/policy-update, or {WARM_START_STAGE}."
         )
     return int(number), stage or None
 
@@ -857,8 +862,8 @@ def build_parser() -> argparse.ArgumentParser:
     resume.add_argument(
         "--redo-from",
         metavar="ROUND[/STAGE]",
-        help="train again from this round (and stage, e.g. 1/policy-update) on: the remedy "
-        "for a file of a finished stage that is damaged or lost",
+        help="train again from this round (and stage, e.g. 1/policy-update) on, or from "
+        "warm-start: the remedy for a file of a finished stage that is damaged or lost",
     )
     resume.set_defaults(func=_resume)
 

@@ -14,13 +14,20 @@ from rlanything_core.models.training import sft_finetune
 from rlanything_core.run import warm_cache
 from rlanything_core.run.config import RunConfig
 from rlanything_core.run.envcheck import answer_limit, answer_overflow
-from rlanything_core.run.rundir import Inputs, RunDir, write_json
+from rlanything_core.run.rundir import (
+    WARM_START,
+    WARM_START_STAGE,
+    Inputs,
+    RunDir,
+    RunDirError,
+    write_json,
+)
 from rlanything_core.run.warm_start import sft_rows, warm_start_demos, warm_start_roles
 from rlanything_tasks.common import progress, stage_task
 from rlanything_tasks.playing import Metrics, Outputs
 
 
-@stage_task("warm-start")
+@stage_task(WARM_START_STAGE)
 def warm_start(config: RunConfig, run: RunDir, r: int, inputs: Inputs) -> tuple[Outputs, Metrics]:
     """Supervised fine-tuning of the policy, the reward model and the environment model on
     expert-made pairs, once, before round 0 (only those whose warm_start is enabled,
@@ -46,10 +53,17 @@ def warm_start_role(config: RunConfig, run: RunDir, role: str) -> tuple[Outputs,
     count (metrics), recorded last in `warm_start/<role>.json`; a role recorded before, whose
     files still exist, is kept and not trained again."""
     finished = run.warm_start_record(role)
-    if finished.is_file():  # a retried stage keeps the roles it finished
+    if finished.is_file():  # a retried stage keeps the roles it finished, if they verify
         record = json.loads(finished.read_text())
         kept = {k: str(run.root / v) for k, v in record["outputs"].items()}
-        if all(Path(p).exists() for p in kept.values()):
+        try:
+            missing = [p for p in kept.values() if not Path(p).exists()]
+            if missing:
+                raise RunDirError(f"{missing[0]} is missing; ")
+            run.verify(WARM_START, WARM_START_STAGE, record, finished)
+        except RunDirError as exc:
+            print(f"warm start {role}: trained again, {str(exc).split(';')[0]}", flush=True)
+        else:
             print(f"warm start {role}: finished before ({finished}), kept", flush=True)
             return kept, record["metrics"]
     settings = getattr(config, role)
@@ -108,11 +122,12 @@ def _fitting(config: RunConfig, role: str, pairs: Pairs) -> Pairs:
 def _finish(
     run: RunDir, role: str, out: Path, path: Path, scores: Metrics
 ) -> tuple[Outputs, Metrics]:
-    """Record a role's finished warm start (its checkpoint `out` and SFT dataset `path`) in
-    `warm_start/<role>.json`, written last."""
+    """Record a role's finished warm start (its checkpoint `out` and SFT dataset `path`, with
+    every file's size and sha256, checked before the role is kept) in `warm_start/<role>.json`,
+    written last."""
     done: Outputs = {f"{role}_sft": str(path), f"{role}_checkpoint": str(out)}
     finished = run.warm_start_record(role)
     # relative to the run directory, as the stage markers are: a moved run keeps them
     write_json(finished, {"outputs": {k: run.label(v) for k, v in done.items()},
-                          "metrics": scores})  # fmt: skip
+                          "files": run.output_files(done), "metrics": scores})  # fmt: skip
     return done, scores

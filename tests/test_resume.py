@@ -77,3 +77,42 @@ def test_a_damaged_checkpoint_is_trained_again_and_never_reported_fine(
     assert run.verify_all() == markers
     assert main(["resume", "--run-dir", str(run.root), "--redo-from", "2"]) == 2
     assert main(["resume", "--run-dir", str(run.root), "--redo-from", "0/polish"]) == 2
+
+
+def test_a_damaged_warm_start_checkpoint_is_trained_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A warm-started role's checkpoint truncated after the run: resume names the file and
+    `--redo-from warm-start`; deleting the warm start's marker by hand does not keep the damaged
+    role (its record's sizes and digests are checked), and the one command restores it too."""
+    from rlanything_core.run.config import load_config
+    from rlanything_core.run.rundir import WARM_START, WARM_START_STAGE
+
+    config = load_config(Path(__file__).parent / "data" / "faults.yaml").model_copy(
+        update={"rounds": 1}
+    )
+    run = RunDir(tmp_path / "run")
+    rlanything_train(config=config, run_dir=str(run.root))
+    markers = run.verify_all()
+    weights = run.warm_start_checkpoint("reward_model") / "model.safetensors"
+    size = _truncate(weights)
+    remedy = f"rlanything resume --run-dir {run.root} --redo-from warm-start"
+    with pytest.raises(RunDirError, match=f"{weights}.*truncated.*{remedy}"):
+        rlanything_train(config=config, run_dir=str(run.root))
+
+    run.marker(WARM_START, WARM_START_STAGE).unlink()  # by hand: the marker, the rounds' markers
+    for stage in ROUND_STAGES:
+        run.marker(0, stage).unlink()
+    capsys.readouterr()
+    rlanything_train(config=config, run_dir=str(run.root))
+    out = capsys.readouterr().out
+    assert f"warm start reward_model: trained again, {weights} has" in out
+    assert "warm start policy: finished before" in out  # the intact roles are kept
+    assert weights.stat().st_size == size
+    assert run.verify_all() == markers
+
+    _truncate(weights)
+    assert main(["resume", "--run-dir", str(run.root), "--redo-from", WARM_START_STAGE]) == 0
+    assert "redoing from the warm start: removed 8 stage marker(s)" in capsys.readouterr().out
+    assert weights.stat().st_size == size
+    assert run.verify_all() == markers

@@ -39,6 +39,7 @@ ROUND_STAGES = (
 )
 """The names of a round's seven stages (their markers' names), in order."""
 WARM_START = -1  # the round index of the warm start's stage (before round 0)
+WARM_START_STAGE = "warm-start"  # its name (its marker's)
 EXPLOITATION = -2  # the round index of an RLoop cycle's exploitation stages (after its rounds)
 
 
@@ -235,10 +236,16 @@ class RunDir:
                 problem = "differs from what was written (sha256 mismatch: corrupted or edited)"
             else:
                 continue
+            if round_idx >= 0 and stage in ROUND_STAGES:
+                redo = f"{round_idx}/{stage}"
+            elif round_idx == WARM_START:
+                redo = WARM_START_STAGE
+            else:
+                redo = ""
             remedy = (
-                f"`rlanything resume --run-dir {self.root} --redo-from {round_idx}/{stage}` "
-                "redoes that stage and everything after it"
-                if round_idx >= 0 and stage in ROUND_STAGES
+                f"`rlanything resume --run-dir {self.root} --redo-from {redo}` redoes that "
+                "stage and everything after it"
+                if redo
                 else "delete that marker so that resume redoes the stage"
             )
             raise RunDirError(
@@ -256,7 +263,9 @@ class RunDir:
     def forget_from(self, round_idx: int, stage: str | None = None) -> list[Path]:
         """Remove the markers of `stage` (default: the round's first) and of every stage after
         it, in `round_idx` and all later rounds, so that resume redoes them; the files stay
-        until the stages overwrite them. Returns the markers removed."""
+        until the stages overwrite them. `round_idx` WARM_START also removes the warm start's
+        marker (the stage keeps each role whose files verify and trains the others again).
+        Returns the markers removed."""
         if stage is not None and stage not in ROUND_STAGES:
             raise RunDirError(
                 f"--redo-from {round_idx}/{stage}: no stage is called {stage!r}; name one of "
@@ -271,6 +280,10 @@ class RunDir:
             ):
                 path.unlink()
                 removed.append(path)
+        warm = self.marker(WARM_START, WARM_START_STAGE)
+        if round_idx == WARM_START and warm.is_file():
+            warm.unlink()
+            removed.append(warm)
         return removed
 
     def verify_all(self) -> int:
