@@ -176,6 +176,49 @@ def test_a_bad_request_sent_beside_valid_ones_fails_alone(served: Service) -> No
     assert [results[i].status_code for i in range(1, 20)] == [200] * 19
 
 
+def test_a_failure_decoding_one_answer_fails_that_request_alone(
+    base: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Six answers batched together, one of which the model cannot decode: the batch fails, so
+    each answer is decoded again alone; the failing one gets its error, the other five their
+    answers, each the answer it gets in a batch without the failing one."""
+    from rlanything_core.models import serve
+
+    real = serve.generate
+    batches: list[int] = []
+
+    def generate(model: Any, tokenizer: Any, messages: list[Any], *args: Any, **kw: Any) -> Any:
+        batches.append(len(messages))
+        if any("POISON" in m[-1]["content"] for m in messages):
+            raise RuntimeError("this answer cannot be decoded")
+        return real(model, tokenizer, messages, *args, **kw)
+
+    monkeypatch.setattr(serve, "generate", generate)
+    server = serve.ModelServer(base, name="judge", device="cpu", batch_wait_ms=500)
+
+    def jobs(poisoned: bool) -> list[Any]:
+        found = [
+            serve._Job("judge", QUESTION, max_tokens=8, temperature=1.0, seed=i) for i in range(5)
+        ]
+        if poisoned:
+            bad = [{"role": "user", "content": "POISON"}]
+            found.insert(2, serve._Job("judge", bad, max_tokens=8, temperature=1.0, seed=9))
+        return found
+
+    clean = jobs(poisoned=False)
+    server.submit(clean)
+    expected = [j.done.result(timeout=120).token_ids for j in clean]
+    batches.clear()
+    mixed = jobs(poisoned=True)
+    server.submit(mixed)
+    with pytest.raises(RuntimeError, match="cannot be decoded"):
+        mixed[2].done.result(timeout=120)
+    answers = [j.done.result(timeout=120).token_ids for k, j in enumerate(mixed) if k != 2]
+    assert batches == [6, 1, 1, 1, 1, 1, 1]  # the batch, then each answer alone
+    assert all(len(a) > 0 for a in answers)
+    assert answers == expected
+
+
 def test_a_megabyte_prompt_is_refused_at_once_and_the_server_keeps_answering(
     client: openai.OpenAI,
 ) -> None:
