@@ -137,7 +137,8 @@ def rlanything_train(
             if flow_run.get_id():
                 tracker.link_flow_run(flow_run.get_id())
             summary = train_rounds(config, run, tracker)
-            tracker.idle = before == _progress(summary)
+            # rounds redone (`--redo-from`, markers removed) leave the counts as they were
+            tracker.idle = before == _progress(summary) and tracker.redone_from is None
     summary["mlflow_ui"] = tracker.ui_hint()
     if tracker.idle:
         message = (

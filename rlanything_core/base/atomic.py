@@ -29,6 +29,9 @@ OUT_OF_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 class WriteError(OSError):
     """A file could not be written for want of space; what was at its path is unchanged."""
 
+    def __str__(self) -> str:  # the message alone, without OSError's "[Errno 28]"
+        return str(self.strerror)
+
 
 def space_error(exc: OSError, final: Path, written: int) -> WriteError:
     """`exc` (out of space) as a WriteError naming the file, the bytes it took before failing
@@ -58,6 +61,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
         yield tmp
+        failpoints.before_write(final)
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, final)
@@ -88,6 +92,7 @@ def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
     tmp.mkdir()
     try:
         yield tmp
+        failpoints.before_write(final)
         for f in sorted(tmp.rglob("*")):
             if f.is_file():
                 with open(f, "rb") as fh:

@@ -28,6 +28,9 @@ class CheckpointWriteError(OSError):
     """A checkpoint could not be written (most often a full disk); what was at its path before
     is unchanged."""
 
+    def __str__(self) -> str:  # the message alone, without OSError's "[Errno 28]"
+        return str(self.strerror)
+
 
 def save_checkpoint(
     model: PreTrainedModel,
