@@ -131,9 +131,11 @@ def _finish(process: subprocess.Popen[bytes], log: Path, timeout: float = 600) -
     assert rc == 0, f"exit {rc}; log {log}:\n{log.read_text()[-4000:]}"
 
 
-def _kill_in(env: dict[str, str], args: list[str], log: Path, failpoint: str) -> str:
-    """Run until the fail point holds the process mid-stage, then SIGKILL its process group;
-    returns the file the stage had just written."""
+def _held_at(
+    env: dict[str, str], args: list[str], log: Path, failpoint: str
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Run until the fail point holds the process mid-stage: (the process, the file the stage
+    had just written)."""
     ready = log.with_suffix(".ready")
     ready.unlink(missing_ok=True)
     process = _launch(env, args, log, failpoint)
@@ -144,9 +146,16 @@ def _kill_in(env: dict[str, str], args: list[str], log: Path, failpoint: str) ->
         time.sleep(0.2)
     pid, written = ready.read_text().split(maxsplit=1)
     assert int(pid) == process.pid
+    return process, written.strip()
+
+
+def _kill_in(env: dict[str, str], args: list[str], log: Path, failpoint: str) -> str:
+    """Run until the fail point holds the process mid-stage, then SIGKILL its process group;
+    returns the file the stage had just written."""
+    process, written = _held_at(env, args, log, failpoint)
     os.killpg(process.pid, signal.SIGKILL)
     assert process.wait(timeout=60) == -signal.SIGKILL
-    return written.strip()
+    return written
 
 
 @pytest.fixture(scope="module")
@@ -337,6 +346,122 @@ def test_sigkill_at_every_kill_point_then_resume_matches_the_uninterrupted_run(
         point, what, seconds = row["point"], row["killed_after"], row["seconds"]
         print(f"  {point:<28} killed after {what:<48} {seconds} s")
     print("  every Parquet file byte-identical; checkpoints equal and loadable; metrics once each")
+
+
+# The fault matrix's places: the warm start, once its policy checkpoint is written (or fails to
+# be), and each of round 0's seven stages, once its first output is.
+MATRIX_POINTS = ["-1/warm-start/policy", *(f"0/{stage}" for stage in STAGES)]
+
+
+def _step(
+    env: dict[str, str],
+    args: list[str],
+    log: Path,
+    failpoint: str | None = None,
+    fault: str | None = None,
+) -> tuple[int, str]:
+    """Run one `rlanything` process to its end: (exit status, its last line)."""
+    extra = {"RLANYTHING_FAILPOINT_FAULT": fault} if fault else {}
+    process = _launch({**env, **extra}, args, log, failpoint)
+    rc = process.wait(timeout=600)
+    lines = [line for line in log.read_text().splitlines() if line.strip()]
+    return rc, lines[-1] if lines else ""
+
+
+def _sigterm_group_in(
+    env: dict[str, str], args: list[str], log: Path, point: str
+) -> tuple[int, float, str, str]:
+    """Run until the fail point holds the process after the stage's first write, then SIGTERM
+    its process group: (exit status, seconds to exit, last line, the file written)."""
+    process, written = _held_at(env, args, log, point)
+    start = time.monotonic()
+    os.killpg(process.pid, signal.SIGTERM)
+    rc = process.wait(timeout=60)
+    seconds = time.monotonic() - start
+    last = [line for line in log.read_text().splitlines() if line.strip()][-1]
+    return rc, seconds, last, written
+
+
+def _running_flow_runs(env: dict[str, str]) -> list[str]:
+    import httpx
+
+    body = {"flow_runs": {"state": {"type": {"any_": ["RUNNING", "PENDING"]}}}}
+    found = httpx.post(f"{env['PREFECT_API_URL']}/flow_runs/filter", json=body, timeout=30)
+    return [f"{r['name']} ({r['id']})" for r in found.json()]
+
+
+def test_fault_matrix_each_place_each_fault_then_resume_matches_the_uninterrupted_run(
+    reference: RunDir, services: dict[str, str], tmp_path: Path
+) -> None:
+    """The warm start and each of round 0's seven stages (MATRIX_POINTS), each meeting in turn:
+    its first write failing with ENOSPC (exit 2, one line naming the file and the space);
+    SIGTERM to the process group while it is held after that write (exit 143 within 30 s, the
+    last line naming the signal and the resume command, no Prefect flow run left Running, no
+    MLflow run left RUNNING); and, once it has finished, that file truncated (resume exits 2
+    naming the file and its `--redo-from` command, which then redoes it). SIGKILL at every place
+    is the chain above. Resumed to the end, every Parquet file, checkpoint and accepted count
+    matches the uninterrupted run's."""
+    run = RunDir(tmp_path / "run")
+    client = MlflowClient(services["MLFLOW_TRACKING_URI"])
+    table: list[tuple[str, str, str]] = []
+    written: dict[str, str] = {}
+    redo: list[str] = []  # the command the last truncation's error named, for the next step
+    first = ["train", "--config", str(CONFIG), "--run-dir", str(run.root)]
+    resume = ["resume", "--run-dir", str(run.root)]
+
+    def truncate_and_resume(point: str, i: int) -> None:
+        """Truncate the file the finished stage at `point` wrote first; resume names it."""
+        round_idx, stage = point.split("/")[:2]
+        assert run.finished(int(round_idx), stage) is not None, point
+        path = Path(written[point])
+        victim = path / "model.safetensors" if path.is_dir() else path
+        victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+        rc, last = _step(services, resume, tmp_path / f"{i}-truncated.log")
+        command = re.search(r"`(rlanything resume [^`]*--redo-from \S+)`", last)
+        assert rc == 2 and str(victim) in last and "truncated" in last and command, last
+        redo[:] = command.group(1).split()[1:]
+        table.append((point, "file truncated after the stage", f"exit 2, names {command.group(1)}"))
+
+    for i, point in enumerate(MATRIX_POINTS):
+        args = first if i == 0 else resume
+        rc, last = _step(services, args, tmp_path / f"{i}-enospc.log", point, fault="enospc")
+        assert rc == 2 and "No space left on device" in last and str(run.root) in last, last
+        assert "bytes" in last and "free" in last, last
+        round_idx, stage = point.split("/")[:2]
+        assert run.finished(int(round_idx), stage) is None
+        table.append((point, "ENOSPC on its first write", "exit 2, one line naming the file"))
+        if i > 0:  # the stage before has finished now: truncate its file, follow the remedy
+            truncate_and_resume(MATRIX_POINTS[i - 1], i)
+        log = tmp_path / f"{i}-sigterm.log"
+        rc, seconds, last, written[point] = _sigterm_group_in(services, redo or resume, log, point)
+        redo.clear()
+        assert rc == 128 + signal.SIGTERM and seconds < 30, (rc, seconds, log.read_text()[-3000:])
+        assert "stopped by SIGTERM" in last and f"rlanything resume --run-dir {run.root}" in last
+        assert not _running_flow_runs(services), _running_flow_runs(services)
+        parent = json.loads(run.state_path.read_text())["mlflow_run_id"]
+        statuses = {r.info.status for r in client.search_runs(
+            [client.get_run(parent).info.experiment_id],
+            filter_string=f"tags.`mlflow.parentRunId` = '{parent}'",
+        )} | {client.get_run(parent).info.status}  # fmt: skip
+        assert "RUNNING" not in statuses, statuses
+        table.append((point, "SIGTERM to the process group", f"exit 143 in {seconds:.1f} s"))
+    _finish(_launch(services, resume, tmp_path / "last.log"), tmp_path / "last.log")
+    truncate_and_resume(MATRIX_POINTS[-1], len(MATRIX_POINTS))
+    log = tmp_path / "redo.log"
+    _finish(_launch(services, redo, log), log)
+
+    assert _files(run, "*.parquet") == _files(reference, "*.parquet")
+    assert _same_weights(_checkpoints(run), _checkpoints(reference))
+    summary, expected = (json.loads(r.summary_path.read_text()) for r in (run, reference))
+    assert [r["env/accepted_tasks"] for r in summary["rounds"]] == [
+        r["env/accepted_tasks"] for r in expected["rounds"]
+    ]
+    mine = _mlflow_view(services, run)
+    assert mine["status"] == "FINISHED" and mine["rounds"] == [("0", "FINISHED"), ("1", "FINISHED")]
+    assert not _running_flow_runs(services)
+    print("\nfault matrix (each resumed; the finished run's files identical to the reference):")
+    for point, fault, outcome in table:
+        print(f"  {point:<28} {fault:<32} {outcome}")
 
 
 CORRIDOR = ROOT / "examples" / "corridor" / "config.yaml"

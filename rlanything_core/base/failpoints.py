@@ -7,13 +7,16 @@ start once that role's checkpoint is written; "<round>/acceptance-check/next-poo
 round's task pool is written; "<round>/mlflow-<what>" stops while a round is
 logged to MLflow (`reached`: metrics, dataset, checkpoint, artifact). It writes its pid to the
 file named by RLANYTHING_FAILPOINT_READY and waits there for the suite to kill it with SIGKILL
-(after `timeout_s` it kills itself). Unset, the hooks below do nothing.
+or SIGTERM (after `timeout_s` it kills itself). With RLANYTHING_FAILPOINT_FAULT="enospc" the
+armed stage's first file write fails instead, as on a full disk, before the file is in place.
+Unset, the hooks below do nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import errno
 import os
 import signal
 import time
@@ -22,6 +25,7 @@ from pathlib import Path
 
 FAILPOINT_ENV = "RLANYTHING_FAILPOINT"
 READY_ENV = "RLANYTHING_FAILPOINT_READY"
+FAULT_ENV = "RLANYTHING_FAILPOINT_FAULT"
 
 _stage: contextvars.ContextVar[str | None] = contextvars.ContextVar("stage", default=None)
 
@@ -47,11 +51,22 @@ def part(name: str) -> Iterator[None]:
         _stage.reset(token)
 
 
+def _armed() -> bool:
+    armed = os.environ.get(FAILPOINT_ENV)
+    return bool(armed) and _stage.get() == armed
+
+
+def before_write(path: Path) -> None:
+    """Called by the atomic writers before `path` is put in place: in the armed stage (or part
+    of a stage) with the fault "enospc", the write fails as on a full disk."""
+    if os.environ.get(FAULT_ENV) == "enospc" and _armed():
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+
 def after_write(path: Path, timeout_s: float = 600.0) -> None:
     """Called by the atomic writers once `path` is in place: stop here if this is the armed
     stage (or part of a stage)."""
-    armed = os.environ.get(FAILPOINT_ENV)
-    if armed and _stage.get() == armed:
+    if os.environ.get(FAULT_ENV) != "enospc" and _armed():
         _hold(str(path), timeout_s)
 
 
