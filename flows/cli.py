@@ -464,18 +464,25 @@ def _rloop(args: argparse.Namespace) -> int:
         )
     run_dir = args.run_dir or f"runs/{Path(args.config).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     _prefect_defaults()
+    from rlanything_flows.liveness import ServiceWatch
     from rlanything_flows.rloop import rlanything_rloop
+    from rlanything_flows.tracking import tracking_uri
 
     start = time.perf_counter()
     stop = SignalStop(run_dir, f"rlanything rloop --config {args.config} --run-dir {run_dir}")
+    watch = ServiceWatch(run_dir, stop.resume, tracking_uri(), _say_error)
     try:
-        with stop.installed():
+        with stop.installed(), watch.watching():
             summary = rlanything_rloop(config=config, run_dir=run_dir)
     except BaseException as exc:
         status = stop.ended(exc)
-        if status is None:
+        if status is not None:
+            return status
+        lost = watch.check() if isinstance(exc, Exception) else None
+        if lost is None:
             raise
-        return status
+        _say_error(watch.line(lost))
+        return 2
     table = Table(title=f"rlanything rloop: {summary['run_dir']}")
     keys = sorted(
         {
@@ -589,8 +596,9 @@ def _gui_strip(args: argparse.Namespace) -> int:
 
 class TracebacksToFile(logging.Filter):
     """On the console, a log record's traceback is replaced by where it went: appended to
-    `path`. Prefect's log handlers of flow and task runs have sent the record to its server by
-    the time the root logger's console handler sees it, so the UI keeps the traceback."""
+    `path` with the record's whole message, of which the console keeps the first line.
+    Prefect's log handlers of flow and task runs have sent the record to its server by the
+    time the root logger's console handler sees it, so the UI keeps the traceback."""
 
     def __init__(self, path: Path) -> None:
         super().__init__()
@@ -599,7 +607,8 @@ class TracebacksToFile(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.exc_info or record.exc_text:
             self.write(logging.Formatter("%(asctime)s %(name)s: %(message)s").format(record))
-            record.msg, record.args = f"{record.getMessage()} (traceback: {self.path})", None
+            first = record.getMessage().strip().splitlines()[0]
+            record.msg, record.args = f"{first} (traceback: {self.path})", None
             record.exc_info, record.exc_text = None, None
         return True
 
@@ -628,6 +637,10 @@ def prefect_api_problem() -> str | None:
             "temporary server. Nothing was trained."
         )
     return None
+
+
+def _say_error(line: str) -> None:
+    console.print(f"[red]error:[/red] {line}", soft_wrap=True)
 
 
 class Stopped(BaseException):
@@ -746,6 +759,7 @@ def _run(config: Any, run_dir: str, details: bool = False) -> int:
     """Train in `run_dir`. A failure prints one `error:` line (exit 2); every traceback, Prefect's
     included, goes to $RLANYTHING_DATA/logs/, which that line names."""
     _prefect_defaults()
+    from rlanything_flows.liveness import ServiceWatch
     from rlanything_flows.tracking import store_problem, tracking_uri
 
     problem = prefect_api_problem() or store_problem(tracking_uri())
@@ -760,13 +774,21 @@ def _run(config: Any, run_dir: str, details: bool = False) -> int:
     stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     quiet = TracebacksToFile(data_root() / "logs" / f"train-{stamp}.log")
     setup_logging()  # Prefect's handlers, so that the filter sits on its console handler
-    handlers = [h for h in logging.getLogger().handlers if isinstance(h, logging.StreamHandler)]
+    # MLflow's loggers have their own console handler: a store error it logs with its
+    # traceback is raised to the run as well, which says it in one line
+    handlers = [
+        h
+        for name in ("", "mlflow")
+        for h in logging.getLogger(name).handlers
+        if isinstance(h, logging.StreamHandler)
+    ]
     for handler in handlers:
         handler.addFilter(quiet)
     start = time.perf_counter()
     stop = SignalStop(run_dir, f"rlanything resume --run-dir {run_dir}")
+    watch = ServiceWatch(run_dir, stop.resume, tracking_uri(), _say_error)
     try:
-        with stop.installed():
+        with stop.installed(), watch.watching():
             summary = rlanything_train(config=config, run_dir=run_dir)
     except BaseException as exc:
         status = stop.ended(exc)
@@ -775,6 +797,10 @@ def _run(config: Any, run_dir: str, details: bool = False) -> int:
         if isinstance(exc, expected_errors()) or not isinstance(exc, Exception):
             raise
         quiet.write("".join(traceback.format_exception(exc)))
+        lost = watch.check()
+        if lost is not None:  # the client's error says less than what was lost
+            _say_error(watch.line(lost))
+            return 2
         console.print(
             f"[red]error:[/red] {type(exc).__name__}: {exc} (the run stopped; traceback: "
             f"{quiet.path}; `rlanything resume --run-dir {run_dir}` continues it once fixed)",
