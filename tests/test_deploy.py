@@ -239,8 +239,19 @@ def test_guide_deploy_sequence_trains_survives_a_kill_and_tears_down(tmp_path: P
         assert shell.stdin is not None
         shell.stdin.write("\n")
         shell.stdin.flush()
-        assert shell.wait(timeout=60) == 0, log.read_text()[-3000:]
-        assert time.monotonic() - started < 30, log.read_text()[-3000:]
+        try:
+            code: int | None = shell.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            code = None
+        took = time.monotonic() - started
+
+        def said() -> str:
+            worker = worker_log.read_text()[-3000:] if worker_log.is_file() else "(none)"
+            return f"{log.read_text()[-3000:]}\n--- worker.log ---\n{worker}"
+
+        # seconds, where a worker whose server had gone first kept retrying for minutes (the
+        # bound leaves room for a loaded 2-core machine)
+        assert code == 0 and took < 90, f"teardown: exit {code} after {took:.0f} s\n{said()}"
         assert "TEARDOWN-DONE" in log.read_text()
         assert "Worker 'ProcessWorker" in worker_log.read_text()
         assert "stopped!" in worker_log.read_text()
