@@ -51,7 +51,7 @@ Pairs = list[tuple[list[int], list[int]]]
 def warm_start_role(config: RunConfig, run: RunDir, role: str) -> tuple[Outputs, Metrics]:
     """One role's warm start: its checkpoint and SFT dataset (outputs) and its loss and pair
     count (metrics), recorded last in `warm_start/<role>.json`; a role recorded before, whose
-    files still exist, is kept and not trained again."""
+    files verify against that record, is kept and not trained again."""
     finished = run.warm_start_record(role)
     if finished.is_file():  # a retried stage keeps the roles it finished, if they verify
         record = json.loads(finished.read_text())
