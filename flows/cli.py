@@ -607,7 +607,7 @@ class TracebacksToFile(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.exc_info or record.exc_text:
             self.write(logging.Formatter("%(asctime)s %(name)s: %(message)s").format(record))
-            first = record.getMessage().strip().splitlines()[0]
+            first = (record.getMessage().strip().splitlines() or [""])[0]
             record.msg, record.args = f"{first} (traceback: {self.path})", None
             record.exc_info, record.exc_text = None, None
         return True
@@ -689,7 +689,7 @@ class SignalStop:
         signum = self.caught(exc)
         if signum is None:
             return None
-        console.print(f"[red]error:[/red] {self.last_line(signum)}", soft_wrap=True)
+        _say_error(self.last_line(signum))
         return 128 + signum
 
     def _exit_now(self, signum: int, why: str) -> None:
@@ -698,7 +698,7 @@ class SignalStop:
 
         with contextlib.suppress(Exception):
             record_crash(RunDir(self.run_dir), f"stopped by {signal.Signals(signum).name}")
-        console.print(f"[red]error:[/red] {self.last_line(signum)} ({why})", soft_wrap=True)
+        _say_error(f"{self.last_line(signum)} ({why})")
         sys.stdout.flush()
         os._exit(128 + signum)
 
