@@ -158,9 +158,10 @@ def _progress(summary: dict[str, Any]) -> tuple[int, int]:
 
 def crash_superseded(previous: list[str], current: str | None) -> int:
     """Mark as Crashed what a killed process left "Running" in Prefect: the run directory's
-    earlier flow runs (`previous`, from summary.json) and, under them and under `current` (a
-    Retry reuses its flow run), every subflow run and task run still Running or Pending. Called
-    before the current flow run starts any of its own. Returns how many were marked."""
+    earlier flow runs (`previous`: those summary.json and state.json list) and, under them and
+    under `current` (a Retry reuses its flow run), every subflow run and task run still Running
+    or Pending. Called before the current flow run starts any of its own rounds. Returns how
+    many were marked."""
     message = f"superseded by flow run {current}, which resumed this run directory"
     return mark_crashed([*previous, *([current] if current else [])], message, keep=current)
 
@@ -222,6 +223,13 @@ def train_rounds(config: RunConfig, run: RunDir, tracker: Tracker) -> dict[str, 
     for path in run.sweep_partial():
         get_run_logger().info("removed %s, left half-written by a process that died", path)
     run.verify_all()
+    # every flow run that works on the directory is recorded before it does any work, so that
+    # the next one can mark it Crashed however early it was killed (summary.json lists only
+    # those that finished a round)
+    state, current = run.load_state(), flow_run.get_id()
+    attempts = [*state.get("prefect_flow_run_ids", [])]
+    if current and current not in attempts:
+        run.save_state({**state, "prefect_flow_run_ids": [*attempts, current]})
     if not run.dataset(0, "tasks").is_file():
         pool = initial_pool(config.environment)
         write_dataset(pool, run.dataset(0, "tasks"), "tasks")
@@ -237,7 +245,7 @@ def train_rounds(config: RunConfig, run: RunDir, tracker: Tracker) -> dict[str, 
     complete = run.complete_rounds(config.rounds)
     if len(summary["rounds"]) > complete:  # markers removed: redo from the first such round
         redo_rounds(run, tracker, summary, complete)
-    marked = crash_superseded(summary.get("prefect_flow_run_ids", []), flow_run.get_id())
+    marked = crash_superseded([*summary.get("prefect_flow_run_ids", []), *attempts], current)
     if marked:
         get_run_logger().info("marked %d flow/task run(s) of a killed process Crashed", marked)
     summary.setdefault("prefect_flow_run_ids", []).append(flow_run.get_id())

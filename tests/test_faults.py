@@ -337,6 +337,8 @@ def test_sigkill_at_every_kill_point_then_resume_matches_the_uninterrupted_run(
         == [(role, r) for role in ("policy", "reward_model") for r in ("0", "1")]
     )
     assert not mine["versions_from_unfinished_runs"]
+    # every killed flow run, however early it was killed, was marked Crashed by a resume
+    assert not _running_flow_runs(services, run), _running_flow_runs(services, run)
     assert mine["plots"].keys() == {"plots/accepted_tasks.png", "plots/accuracy.png"}
     for path, data in mine["plots"].items():  # the last round's plots, not an earlier round's
         assert data == (run.root / path).read_bytes() == theirs["plots"][path], path
@@ -382,12 +384,15 @@ def _sigterm_group_in(
     return rc, seconds, last, written
 
 
-def _running_flow_runs(env: dict[str, str]) -> list[str]:
+def _running_flow_runs(env: dict[str, str], run: RunDir) -> list[str]:
+    """The flow runs (trains and their rounds) of `run` that the Prefect server has as Running
+    or Pending."""
     import httpx
 
     body = {"flow_runs": {"state": {"type": {"any_": ["RUNNING", "PENDING"]}}}}
     found = httpx.post(f"{env['PREFECT_API_URL']}/flow_runs/filter", json=body, timeout=30)
-    return [f"{r['name']} ({r['id']})" for r in found.json()]
+    mine = [r for r in found.json() if r["parameters"].get("run_dir") == str(run.root)]
+    return [f"{r['name']} ({r['id']})" for r in mine]
 
 
 def test_fault_matrix_each_place_each_fault_then_resume_matches_the_uninterrupted_run(
@@ -437,7 +442,7 @@ def test_fault_matrix_each_place_each_fault_then_resume_matches_the_uninterrupte
         redo.clear()
         assert rc == 128 + signal.SIGTERM and seconds < 30, (rc, seconds, log.read_text()[-3000:])
         assert "stopped by SIGTERM" in last and f"rlanything resume --run-dir {run.root}" in last
-        assert not _running_flow_runs(services), _running_flow_runs(services)
+        assert not _running_flow_runs(services, run), _running_flow_runs(services, run)
         parent = json.loads(run.state_path.read_text())["mlflow_run_id"]
         statuses = {r.info.status for r in client.search_runs(
             [client.get_run(parent).info.experiment_id],
@@ -458,7 +463,7 @@ def test_fault_matrix_each_place_each_fault_then_resume_matches_the_uninterrupte
     ]
     mine = _mlflow_view(services, run)
     assert mine["status"] == "FINISHED" and mine["rounds"] == [("0", "FINISHED"), ("1", "FINISHED")]
-    assert not _running_flow_runs(services)
+    assert not _running_flow_runs(services, run)
     print("\nfault matrix (each resumed; the finished run's files identical to the reference):")
     for point, fault, outcome in table:
         print(f"  {point:<28} {fault:<32} {outcome}")
