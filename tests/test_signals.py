@@ -58,6 +58,20 @@ def _train_past_rollout(env: dict[str, str], run: Path, log: Path) -> subprocess
     return proc
 
 
+def _resume_to_the_end(env: dict[str, str], run: Path) -> None:
+    """`rlanything resume` of `run` exits 0 with both rounds in its summary."""
+    resumed = subprocess.run(
+        [RLANYTHING, "resume", "--run-dir", str(run)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert [r["round"] for r in summary["rounds"]] == [0, 1]
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_to_the_process_group_stops_the_run_and_resume_finishes_it(
     tmp_path: Path, signum: int
@@ -84,16 +98,7 @@ def test_a_signal_to_the_process_group_stops_the_run_and_resume_finishes_it(
     client = mlflow.MlflowClient(state["mlflow_tracking_uri"])
     assert client.get_run(state["mlflow_run_id"]).info.status == "KILLED"
 
-    resumed = subprocess.run(
-        [RLANYTHING, "resume", "--run-dir", str(run)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    summary = json.loads((run / "summary.json").read_text())
-    assert [r["round"] for r in summary["rounds"]] == [0, 1]
+    _resume_to_the_end(env, run)
     assert client.get_run(state["mlflow_run_id"]).info.status == "FINISHED"
 
 
@@ -153,13 +158,4 @@ def test_a_lost_prefect_server_or_mlflow_store_stops_the_run_within_a_minute(
         store.unlink(missing_ok=True)  # what SQLite made there is not the store
         (tmp_path / "mlflow.away").rename(store)
     with server():
-        resumed = subprocess.run(
-            [RLANYTHING, "resume", "--run-dir", str(run)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    summary = json.loads((run / "summary.json").read_text())
-    assert [r["round"] for r in summary["rounds"]] == [0, 1]
+        _resume_to_the_end(env, run)
