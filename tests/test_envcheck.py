@@ -87,6 +87,12 @@ def _failed(checks: list[Check]) -> list[str]:
     return [c.line() for c in checks if not c.passed]
 
 
+def _has_chromium() -> bool:
+    return shutil.which("chromium") is not None or bool(
+        list(Path.home().glob(".cache/ms-playwright/*"))
+    )
+
+
 @pytest.mark.parametrize("name", ["household", "textworld", "coding"])
 def test_every_builtin_keeps_the_contract(name: str) -> None:
     checks = _checks(name)
@@ -94,7 +100,7 @@ def test_every_builtin_keeps_the_contract(name: str) -> None:
 
 
 def test_the_gui_keeps_the_contract() -> None:
-    if shutil.which("chromium") is None and not list(Path.home().glob(".cache/ms-playwright/*")):
+    if not _has_chromium():
         pytest.skip("no Chromium for the GUI environment")
     checks = _checks("gui")
     assert _failed(checks) == [], _failed(checks)
@@ -105,6 +111,31 @@ def test_check_env_passes_on_the_corridor_example(capsys: pytest.CaptureFixture[
     out = capsys.readouterr().out
     assert "FAIL" not in out and "8 passed, 0 failed" in out, out
     assert "pass  policy warm-start answers fit max_new_tokens" in out
+
+
+def _shipped_configs() -> list[object]:
+    """Every config in configs/ and the examples but OpenEnv's (tests/test_openenv.py starts its
+    server); the GUI's need Chromium and play the expert in it, so they sit in the slow tier."""
+    paths = sorted(ROOT.glob("configs/*.yaml")) + [
+        ROOT / "examples" / name / "config.yaml" for name in ("corridor", "guess")
+    ]
+    return [
+        pytest.param(p, id=str(p.relative_to(ROOT)), marks=[pytest.mark.slow] * ("gui" in p.name))
+        for p in paths
+    ]
+
+
+@pytest.mark.parametrize("path", _shipped_configs())
+def test_every_shipped_config_passes_check_env(
+    path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A config we ship must not teach answers its own max_new_tokens cuts off."""
+    if "gui" in path.name and not _has_chromium():
+        pytest.skip("no Chromium for the GUI environment")
+    monkeypatch.chdir(ROOT)  # the examples name their environment files relative to the root
+    code = main(["check-env", str(path)])
+    out = capsys.readouterr().out
+    assert code == 0 and ", 0 failed" in out, out
 
 
 def _config(tmp_path: Path, env: str, rounds: int | None = None) -> Path:
