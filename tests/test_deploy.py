@@ -115,6 +115,15 @@ def _engine_pids(flow_run_id: str) -> list[int]:
         found |= more
 
 
+# The shell starts with SIGINT handled by default, as in a terminal, however pytest was started:
+# a suite run in the background (`nohup make test &`) ignores SIGINT, its children inherit that,
+# and Prefect's worker, which answers SIGTERM by sending itself SIGINT, would then not stop.
+_AS_FROM_A_TERMINAL = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execvp('bash', ['bash', '-e', '-c', sys.argv[1]])"
+)
+
+
 def _kill_processes_of(home: Path) -> None:
     """SIGKILL every process whose environment names PREFECT_HOME=`home`: what a failed test
     leaves of the sequence's server and worker (job control puts them in groups of their own)."""
@@ -150,7 +159,7 @@ def test_guide_deploy_sequence_trains_survives_a_kill_and_tears_down(tmp_path: P
     log = tmp_path / "shell.log"
     with log.open("w") as out:
         shell = subprocess.Popen(
-            ["bash", "-e", "-c", script],
+            [sys.executable, "-c", _AS_FROM_A_TERMINAL, script],
             cwd=clone,
             env=env,
             stdin=subprocess.PIPE,
