@@ -351,9 +351,8 @@ def _kill_and_retry(url: str, clone: Path, tracking: mlflow.MlflowClient, log: P
         # loaded 2-core machine), and a Retry set before that report is overwritten by it: wait
         # for the report, or a minute where it never comes.
         report = f"Reported flow run '{third.id}' as crashed: Flow run infrastructure exited"
-        deadline = time.monotonic() + 60
-        while report not in (clone / "worker.log").read_text() and time.monotonic() < deadline:
-            time.sleep(1)
+        with contextlib.suppress(AssertionError):
+            _wait("", lambda: report in (clone / "worker.log").read_text(), 60, log)
 
         # Retry, as the UI's button does
         client.set_flow_run_state(third.id, Scheduled(name="AwaitingRetry"), force=True)

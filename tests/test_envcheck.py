@@ -87,10 +87,10 @@ def _failed(checks: list[Check]) -> list[str]:
     return [c.line() for c in checks if not c.passed]
 
 
-def _has_chromium() -> bool:
-    return shutil.which("chromium") is not None or bool(
-        list(Path.home().glob(".cache/ms-playwright/*"))
-    )
+needs_chromium = pytest.mark.skipif(
+    shutil.which("chromium") is None and not list(Path.home().glob(".cache/ms-playwright/*")),
+    reason="no Chromium for the GUI environment",
+)
 
 
 @pytest.mark.parametrize("name", ["household", "textworld", "coding"])
@@ -99,9 +99,8 @@ def test_every_builtin_keeps_the_contract(name: str) -> None:
     assert len(checks) == 6 and _failed(checks) == [], _failed(checks)
 
 
+@needs_chromium
 def test_the_gui_keeps_the_contract() -> None:
-    if not _has_chromium():
-        pytest.skip("no Chromium for the GUI environment")
     checks = _checks("gui")
     assert _failed(checks) == [], _failed(checks)
 
@@ -120,7 +119,11 @@ def _shipped_configs() -> list[object]:
         ROOT / "examples" / name / "config.yaml" for name in ("corridor", "guess")
     ]
     return [
-        pytest.param(p, id=str(p.relative_to(ROOT)), marks=[pytest.mark.slow] * ("gui" in p.name))
+        pytest.param(
+            p,
+            id=str(p.relative_to(ROOT)),
+            marks=[pytest.mark.slow, needs_chromium] * ("gui" in p.name),
+        )
         for p in paths
     ]
 
@@ -130,8 +133,6 @@ def test_every_shipped_config_passes_check_env(
     path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A config we ship must not teach answers its own max_new_tokens cuts off."""
-    if "gui" in path.name and not _has_chromium():
-        pytest.skip("no Chromium for the GUI environment")
     monkeypatch.chdir(ROOT)  # the examples name their environment files relative to the root
     code = main(["check-env", str(path)])
     out = capsys.readouterr().out
