@@ -113,7 +113,7 @@ ablation-textworld: setup
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy rlanything_core
+	$(BIN)/mypy rlanything_core flows tasks
 
 format: setup
 	$(BIN)/ruff format .

@@ -37,6 +37,7 @@ import mlflow
 import numpy as np
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
+from mlflow.data.pandas_dataset import from_pandas
 from mlflow.entities import (
     DatasetInput,
     InputTag,
@@ -263,14 +264,14 @@ class Tracker:
         stay in the run list, tagged with the flow run that superseded them; a round's next
         attempt logs a new run. The run of a nested training run (an RLoop cycle, tagged
         with its run directory) is left alone: its own Tracker resumes it. Returns their ids."""
-        left = self.client.search_runs(
+        running = self.client.search_runs(
             [self.experiment_id],
             filter_string=(
                 f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{self.parent_id}' "
                 "and attributes.status = 'RUNNING'"
             ),
         )
-        left = [r for r in left if "rlanything.run_dir" not in r.data.tags]
+        left = [r for r in running if "rlanything.run_dir" not in r.data.tags]
         for stale in left:
             self.client.set_tag(
                 stale.info.run_id, "rlanything.superseded_by", flow_run_id or "a resume"
@@ -322,7 +323,7 @@ class Tracker:
             # integer columns never hold NaN (the schemas in rlanything_core/base/schemas.py).
             warnings.filterwarnings("ignore", "The specified dataset source can be interpreted")
             warnings.filterwarnings("ignore", "Hint: Inferred schema contains integer column")
-            data = mlflow.data.from_pandas(frame, source=str(path), name=name, digest=full[:16])
+            data = from_pandas(frame, source=str(path), name=name, digest=full[:16])
             entity = data._to_mlflow_entity()  # infers the schema, where the hint is raised
         labels = {"sha256": full, **(tags or {}), MLFLOW_DATASET_CONTEXT: context}
         entry = DatasetInput(entity, [InputTag(k, v) for k, v in labels.items()])
@@ -415,13 +416,18 @@ class Tracker:
             "rlanything.round": str(round_idx),
             "checkpoint": str(ckpt),
         }
-        scope = {"source_run_id": child_id, "experiment_id": self.experiment_id, "tags": tags}
         if self.config.tracking.checkpoints == "artifact":
-            model = mlflow.initialize_logged_model(name=model_name, **scope)
+            model = mlflow.initialize_logged_model(
+                name=model_name, source_run_id=child_id, experiment_id=self.experiment_id,
+                tags=tags,
+            )  # fmt: skip
             self.client.log_model_artifacts(model.model_id, str(ckpt))
             mlflow.finalize_logged_model(model.model_id, LoggedModelStatus.READY)
         else:
-            model = mlflow.create_external_model(name=model_name, **scope)
+            model = mlflow.create_external_model(
+                name=model_name, source_run_id=child_id, experiment_id=self.experiment_id,
+                tags=tags,
+            )  # fmt: skip
         # the round's run lists it under "Logged models" (source_run_id alone does not)
         self.client.log_outputs(child_id, [LoggedModelOutput(model.model_id, round_idx)])
         with contextlib.suppress(MlflowException):  # it exists (the usual case)

@@ -235,7 +235,7 @@ def train_rounds(config: RunConfig, run: RunDir, tracker: Tracker) -> dict[str, 
         write_dataset(pool, run.dataset(0, "tasks"), "tasks")
     if any(m.warm_start.enabled for m in (config.policy, config.reward_model, config.env_model)):
         tracker.log_warm_start(run_stage(warm_start, config, str(run.root), WARM_START).record)
-    summary = (
+    summary: dict[str, Any] = (
         json.loads(run.summary_path.read_text())
         if run.summary_path.is_file()
         else {"run_dir": str(run.root), "rounds": []}

@@ -183,6 +183,8 @@ def _run_log() -> Callable[[str], None]:
         logger = get_run_logger()
     except MissingContextError:
         return lambda _line: None
+    if not isinstance(logger, logging.LoggerAdapter):  # a run's logger is always an adapter
+        return lambda _line: None
     handler = APILogHandler()
 
     def send(line: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 from rlanything_core.base import failpoints
 from rlanything_core.base.schemas import rows_frame, write_dataset
@@ -79,11 +80,15 @@ def warm_start_role(config: RunConfig, run: RunDir, role: str) -> tuple[Outputs,
               flush=True)  # fmt: skip
         return _finish(run, role, out, path, cached)
     steps = ws.epochs * math.ceil(len(demos) / ws.micro_batch_size)
+
+    def build_pairs(tokenizer: Any) -> Pairs:
+        return _fitting(config, role, tokenize_demos(tokenizer, demos))
+
     with progress(f"warm start {role}", total=steps) as advance, failpoints.part(role):
         m, pairs = sft_finetune(
             model.source,
             out,
-            lambda tokenizer, demos=demos: _fitting(config, role, tokenize_demos(tokenizer, demos)),
+            build_pairs,
             device=model.device,
             dtype=model.dtype,
             lora_rank=lora_rank,
