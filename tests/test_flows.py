@@ -27,6 +27,7 @@ from flow_helpers import (
     tiny,
 )
 from mlflow.exceptions import MlflowException
+from prefect import flow
 from prefect.client.orchestration import get_client
 from safetensors.torch import load_file
 
@@ -815,8 +816,14 @@ def test_warm_starts_side_by_side_write_the_checkpoints_of_one_after_another(
     data["env_model"]["warm_start"] = {"enabled": True, "episodes": 3, "epochs": 1}
     config = RunConfig.model_validate(data)
     alone, beside = (RunDir(tmp_path / name) for name in ("alone", "beside"))
+
+    @flow
+    def warm_start_in_a_flow(run: RunDir, workers: int) -> RunConfig:
+        # as `ablate` and `rloop` call it: the process pool's task runs log to their flow run
+        return warm_started(config, run, workers)
+
     started = {
-        run: warm_started(config, run, workers)
+        run: warm_start_in_a_flow(run, workers)
         for run, workers in ((alone, 1), (beside, 2))
     }  # fmt: skip
     for role in ("policy", "reward_model", "env_model"):
