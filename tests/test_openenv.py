@@ -11,11 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from rlanything_core.envs.interface import make_environment
 from rlanything_core.envs.openenv.client import LocalServer, OpenEnvError
 from rlanything_core.envs.openenv.environment import OpenEnvEnvironment, OpenEnvTask
 from rlanything_core.run.config import ConfigError, parse_config
+from rlanything_core.run.envcheck import contract_checks
 from rlanything_flows.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,7 +136,31 @@ def test_check_env_passes_on_the_example(
     monkeypatch.chdir(ROOT)
     assert main(["check-env", str(EXAMPLE / "config.yaml")]) == 0
     out = capsys.readouterr().out
-    assert "FAIL" not in out and "6 passed, 0 failed" in out, out
+    assert "pass  task parameters reach the server's reset: 1 parameter" in out, out
+    assert "FAIL" not in out and "7 passed, 0 failed" in out, out
+
+
+def test_check_env_names_a_task_parameter_the_server_ignores(
+    server: LocalServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The example server's reset takes `high` and ignores any other keyword (as OpenEnv's
+    resets do), so a misspelt parameter would make every task the same game."""
+    misspelt = {"hihg": PARAMS["high"], "high": {"min": 8, "max": 8}}
+    data = yaml.safe_load((EXAMPLE / "config.yaml").read_text())
+    data["environment"]["options"] = {"url": server.url, "task_params": misspelt}
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(data))
+    assert main(["check-env", str(config)]) == 2
+    out = capsys.readouterr().out
+    failed = [line for line in out.splitlines() if line.startswith("FAIL")]
+    assert len(failed) == 1, out
+    assert failed[0].startswith("FAIL  task parameters reach the server's reset: episodes of seed ")
+    assert "with hihg (4 and 16) began alike" in failed[0], failed[0]
+    # `train` reports it and goes on: the loop does not rely on it
+    checks = contract_checks(
+        _env(url=server.url, task_params=misspelt), num_tasks=4, seed=0, max_steps=20
+    )
+    assert [c.absorbed for c in checks if not c.passed] == [True]
 
 
 @pytest.mark.slow

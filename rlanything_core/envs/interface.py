@@ -116,6 +116,17 @@ class WarmStart:
         return [t for t in tasks for _ in range(self.episodes_per_task)][: self.episodes]
 
 
+@dataclass(frozen=True)
+class EnvCheck:
+    """The outcome of a check only the environment can make (`Environment.extra_checks`):
+    `problem` is None when it passed, else what to change."""
+
+    name: str
+    problem: str | None
+    detail: str = ""
+    """What a passing check covered."""
+
+
 class NoOptions(BaseModel):
     """An environment without options: `environment.options` must be empty."""
 
@@ -262,6 +273,12 @@ class Environment(ABC, Generic[OptionsT]):
         """The proposed spec (the answer's last JSON object merged onto `parent`, validated), or
         None and why it is invalid."""
         return merge_proposal(text, parent, self.parse_spec)
+
+    def extra_checks(self) -> list[EnvCheck]:
+        """Checks only this environment can make, run after the contract's by `check-env`
+        (which fails on a problem) and by `train` (which reports it and goes on). Default:
+        none; the OpenEnv adapter checks that each task parameter reaches the server."""
+        return []
 
     def tracking_tags(self) -> dict[str, str]:
         """Tags for the run's MLflow run that say which environment it trained on, beyond the

@@ -6,7 +6,8 @@ environment breaks the contract of `rlanything_core.envs.interface`: tasks that 
 that survive `to_json` → `parse_spec`, `SpecError` for a bad spec (anything else would end a
 run the first time the environment model proposes one, were the loop not to count it), episodes
 that end within their step limit whatever the policy answers, a rewrite example that is a valid
-rewrite, and warm-start answers that fit the tokens their role may generate.
+rewrite, the environment's own checks (`Environment.extra_checks`), and warm-start answers that
+fit the tokens their role may generate.
 """
 
 from __future__ import annotations
@@ -87,7 +88,18 @@ def contract_checks(env: Environment, *, num_tasks: int, seed: int, max_steps: i
     checks.append(_episodes_end(env, specs, "random answers", _random_answers(seed), max_steps))
     checks.append(_episodes_end(env, specs, "junk answers", _junk_answers(), max_steps))
     checks.append(_rewrite_example(env, specs[0]))
+    checks.extend(_extra_checks(env))
     return checks
+
+
+def _extra_checks(env: Environment) -> list[Check]:
+    """The environment's own checks (`Environment.extra_checks`); the loop does not rely on
+    what they check, so `train` reports a failure and goes on."""
+    try:
+        extra = env.extra_checks()
+    except Exception as exc:
+        return [Check(f"{type(env).__name__}.extra_checks", f"it raised {_what(exc)}")]
+    return [Check(c.name, c.problem, c.detail, absorbed=True) for c in extra]
 
 
 def config_checks(config: RunConfig) -> list[Check]:

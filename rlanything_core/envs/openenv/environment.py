@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from rlanything_core.base.generation import Messages
 from rlanything_core.envs.common import Move, validate_spec
-from rlanything_core.envs.interface import Environment, Split, StepView, TaskSpec
+from rlanything_core.envs.interface import EnvCheck, Environment, Split, StepView, TaskSpec
 from rlanything_core.envs.openenv.client import (
     ActionRejected,
     LocalServer,
@@ -35,6 +35,8 @@ from rlanything_core.method.prompts import INVALID_ACTION, judge_messages
 
 JSON_ACTION = "json"
 """`action_field` value for a policy that answers the whole action as a JSON object."""
+PROBE_ANSWERS = ("\\boxed{1}", "\\boxed{2}", "\\boxed{3}")
+"""The moves both episodes of a task-parameter probe answer, the same in each."""
 
 
 class ParamRange(BaseModel):
@@ -85,6 +87,13 @@ class ParamRange(BaseModel):
             min=min(cast(float, self.min), cast(float, other.min)),
             max=max(cast(float, self.max), cast(float, other.max)),
         )
+
+    def ends(self) -> tuple[str | int | float, str | int | float]:
+        """Two values as far apart as the range allows: its bounds, or its first and last
+        choice."""
+        if self.choices:
+            return self.choices[0], self.choices[-1]
+        return cast(float, self.min), cast(float, self.max)
 
     def describe(self) -> str:
         if self.choices:
@@ -440,6 +449,53 @@ class OpenEnvEnvironment(Environment[OpenEnvOptions]):
         return judge_messages(
             step.goal, shown, step.observation, step.response, step.action, step.next_observation
         )
+
+    def extra_checks(self) -> list[EnvCheck]:
+        """Each task parameter reaches the server's reset. OpenEnv passes a keyword argument
+        that a reset does not take on without a word, so a misspelt `task_params` name would
+        make every task the same game and every rewrite a no-op. Two episodes of one seed, the
+        parameter at each end of its values, must differ in what the server shows: the first
+        observation, or its answers to the same few moves."""
+        if not self.bounds:
+            return []
+        name = "task parameters reach the server's reset"
+        base = cast(OpenEnvTask, self.generate(self.pool_split, 1, 0)[0])
+        ignored: list[str] = []
+        with self.session():
+            for key, values in self.bounds.items():
+                low, high = values.ends()
+                if low == high:
+                    continue
+                seen = [self._probe(base.model_copy(update={key: v})) for v in (low, high)]
+                if seen[0] == seen[1]:
+                    ignored.append(f"{key} ({low!r} and {high!r})")
+        if not ignored:
+            n = len(self.bounds)
+            return [EnvCheck(name, None, f"{n} parameter{'s' * (n != 1)}")]
+        return [
+            EnvCheck(
+                name,
+                f"episodes of seed {base.seed} with {', '.join(ignored)} began alike and "
+                f"answered the same {len(PROBE_ANSWERS)} moves alike: the server's reset seems "
+                "not to take it (OpenEnv passes unknown keyword arguments on silently); name in "
+                "environment.options.task_params only parameters its reset reads",
+            )
+        ]
+
+    def _probe(self, spec: OpenEnvTask) -> list[tuple[str, bool, bool, bool]]:
+        """What the server showed in an episode of `spec` answered with `PROBE_ANSWERS`."""
+        episode = self.new_episode(spec, None, None)
+        seen = [(episode.observation, True, False, episode.done)]
+        try:
+            for answer in PROBE_ANSWERS:
+                if episode.done:
+                    break
+                move = episode.act(answer)
+                seen.append((move.observation, move.valid, move.progress, move.done))
+        finally:
+            if not episode.done:
+                episode.close()
+        return seen
 
     def tracking_tags(self) -> dict[str, str]:
         """The server's name from /metadata, and where it runs."""
