@@ -37,6 +37,7 @@ import json
 import math
 import statistics
 import time
+import warnings
 from collections import defaultdict
 from typing import Any
 
@@ -216,12 +217,19 @@ def trl_steps(
         if up.lora_rank
         else None
     )
+    # transformers 5.25 renamed gradient_checkpointing to activation_checkpointing and warns on
+    # the old name; earlier versions know only the old one
+    checkpointing = (
+        "activation_checkpointing"
+        if "activation_checkpointing" in GRPOConfig.__dataclass_fields__
+        else "gradient_checkpointing"
+    )
     with isolated_workdir("trl") as root:
         args = GRPOConfig(
             output_dir=str(root / "out"),
             use_cpu=True,
             # TRL 1.x checkpoints activations by default; our updates do not
-            gradient_checkpointing=False,
+            **{checkpointing: False},
             bf16=False,
             report_to="none",
             save_strategy="no",
@@ -241,18 +249,24 @@ def trl_steps(
             num_iterations=1,
             seed=config.seed,
         )
-        trainer = GRPOTrainer(
-            model=AutoModelForCausalLM.from_pretrained(path, dtype=dtype),
-            reward_funcs=admissible,
-            args=args,
-            train_dataset=Dataset.from_list(rows),
-            processing_class=tokenizer,
-            callbacks=[StepTimer()],
-            peft_config=lora,
-        )
-        trainer._generate = timed("generation", trainer._generate)
-        trainer._calculate_rewards = timed("scoring", trainer._calculate_rewards)
-        trainer.train()
+        with warnings.catch_warnings():
+            # TRL (at each generation) and PEFT read `is_gradient_checkpointing`, which
+            # transformers 5.25 deprecates: the reads are theirs, not ours
+            warnings.filterwarnings(
+                "ignore", "`is_gradient_checkpointing` is deprecated", category=FutureWarning
+            )
+            trainer = GRPOTrainer(
+                model=AutoModelForCausalLM.from_pretrained(path, dtype=dtype),
+                reward_funcs=admissible,
+                args=args,
+                train_dataset=Dataset.from_list(rows),
+                processing_class=tokenizer,
+                callbacks=[StepTimer()],
+                peft_config=lora,
+            )
+            trainer._generate = timed("generation", trainer._generate)
+            trainer._calculate_rewards = timed("scoring", trainer._calculate_rewards)
+            trainer.train()
         optimizer_steps = trainer.state.global_step
         lengths = [
             log["completions/mean_length"]
@@ -281,7 +295,7 @@ def trl_steps(
         "mean_completion_tokens": round(statistics.mean(lengths[1:] or lengths), 2),
         "beta": args.beta,
         "num_iterations": args.num_iterations,
-        "gradient_checkpointing": args.gradient_checkpointing,
+        "gradient_checkpointing": getattr(args, checkpointing),
         "per_device_train_batch_size": args.per_device_train_batch_size,
         "gradient_accumulation_steps": args.gradient_accumulation_steps,
         "dtype": str(dtype).removeprefix("torch."),
