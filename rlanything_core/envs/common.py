@@ -99,3 +99,27 @@ class ListsAnswers(Protocol):
     def answers(self) -> list[str]:
         """The admissible answers of the current step, each exactly as `act` accepts it."""
         ...
+
+
+@dataclass(frozen=True)
+class Check:
+    """One environment check's outcome (`rlanything check-env`; `Environment.extra_checks`):
+    `problem` is None when it passed, else what to change."""
+
+    name: str
+    problem: str | None
+    detail: str = ""
+    """What a passing check covered."""
+    absorbed: bool = False
+    """The loop copes with this failure (it cuts the episode, counts the proposal invalid):
+    `train` reports it and goes on; `check-env` fails on it."""
+
+    @property
+    def passed(self) -> bool:
+        return self.problem is None
+
+    def line(self) -> str:
+        """The check's one line: `pass` and what it covered, or `FAIL` and what to change."""
+        if self.problem is None:
+            return f"pass  {self.name}" + (f": {self.detail}" if self.detail else "")
+        return f"FAIL  {self.name}: {self.problem}"

@@ -29,7 +29,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from rlanything_core.base.generation import Messages
-from rlanything_core.envs.common import Episode, Move, SpecError
+from rlanything_core.envs.common import Check, Episode, Move, SpecError
 from rlanything_core.envs.demos import Demo
 from rlanything_core.envs.rewriting import (
     CritiqueSource,
@@ -114,17 +114,6 @@ class WarmStart:
     def repeat(self, tasks: Sequence[T]) -> list[T]:
         """Each of `tasks` `episodes_per_task` times in a row, `episodes` items in all."""
         return [t for t in tasks for _ in range(self.episodes_per_task)][: self.episodes]
-
-
-@dataclass(frozen=True)
-class EnvCheck:
-    """The outcome of a check only the environment can make (`Environment.extra_checks`):
-    `problem` is None when it passed, else what to change."""
-
-    name: str
-    problem: str | None
-    detail: str = ""
-    """What a passing check covered."""
 
 
 class NoOptions(BaseModel):
@@ -274,7 +263,7 @@ class Environment(ABC, Generic[OptionsT]):
         None and why it is invalid."""
         return merge_proposal(text, parent, self.parse_spec)
 
-    def extra_checks(self) -> list[EnvCheck]:
+    def extra_checks(self) -> list[Check]:
         """Checks only this environment can make, run after the contract's by `check-env`
         (which fails on a problem) and by `train` (which reports it and goes on). Default:
         none; the OpenEnv adapter checks that each task parameter reaches the server."""

@@ -12,13 +12,13 @@ fit the tokens their role may generate.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from rlanything_core.envs.common import Episode, ListsAnswers, Move, SpecError
+from rlanything_core.envs.common import Check, Episode, ListsAnswers, Move, SpecError
 from rlanything_core.envs.interface import Environment, TaskSpec
 from rlanything_core.envs.rewriting import last_json_object
 from rlanything_core.run.config import RunConfig
@@ -42,29 +42,6 @@ JUNK_ANSWERS = (
 MALFORMED_SPECS: tuple[str | dict[str, object], ...] = ("not json", "[]", '{"', "null")
 """Spec inputs `parse_spec` must reject with `SpecError`."""
 CONTRACT = "rlanything_core.envs.interface"
-
-
-@dataclass(frozen=True)
-class Check:
-    """One check's outcome: `problem` is None when it passed, else what to change."""
-
-    name: str
-    problem: str | None
-    detail: str = ""
-    """What a passing check covered."""
-    absorbed: bool = False
-    """The loop copes with this failure (it cuts the episode, counts the proposal invalid):
-    `train` reports it and goes on; `check-env` fails on it."""
-
-    @property
-    def passed(self) -> bool:
-        return self.problem is None
-
-    def line(self) -> str:
-        """The check's one line: `pass` and what it covered, or `FAIL` and what to change."""
-        if self.problem is None:
-            return f"pass  {self.name}" + (f": {self.detail}" if self.detail else "")
-        return f"FAIL  {self.name}: {self.problem}"
 
 
 def _what(exc: BaseException) -> str:
@@ -99,7 +76,7 @@ def _extra_checks(env: Environment) -> list[Check]:
         extra = env.extra_checks()
     except Exception as exc:
         return [Check(f"{type(env).__name__}.extra_checks", f"it raised {_what(exc)}")]
-    return [Check(c.name, c.problem, c.detail, absorbed=True) for c in extra]
+    return [dataclasses.replace(c, absorbed=True) for c in extra]
 
 
 def config_checks(config: RunConfig) -> list[Check]:

@@ -22,8 +22,8 @@ from typing import Any, ClassVar, Literal, cast
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from rlanything_core.base.generation import Messages
-from rlanything_core.envs.common import Move, validate_spec
-from rlanything_core.envs.interface import EnvCheck, Environment, Split, StepView, TaskSpec
+from rlanything_core.envs.common import Check, Move, validate_spec
+from rlanything_core.envs.interface import Environment, Split, StepView, TaskSpec
 from rlanything_core.envs.openenv.client import (
     ActionRejected,
     LocalServer,
@@ -450,7 +450,7 @@ class OpenEnvEnvironment(Environment[OpenEnvOptions]):
             step.goal, shown, step.observation, step.response, step.action, step.next_observation
         )
 
-    def extra_checks(self) -> list[EnvCheck]:
+    def extra_checks(self) -> list[Check]:
         """Each task parameter reaches the server's reset. OpenEnv passes a keyword argument
         that a reset does not take on without a word, so a misspelt `task_params` name would
         make every task the same game and every rewrite a no-op. Two episodes of one seed, the
@@ -471,9 +471,9 @@ class OpenEnvEnvironment(Environment[OpenEnvOptions]):
                     ignored.append(f"{key} ({low!r} and {high!r})")
         if not ignored:
             n = len(self.bounds)
-            return [EnvCheck(name, None, f"{n} parameter{'s' * (n != 1)}")]
+            return [Check(name, None, f"{n} parameter{'s' * (n != 1)}")]
         return [
-            EnvCheck(
+            Check(
                 name,
                 f"episodes of seed {base.seed} with {', '.join(ignored)} began alike and "
                 f"answered the same {len(PROBE_ANSWERS)} moves alike: the server's reset seems "
