@@ -59,13 +59,15 @@ $(OPENENV_STAMP): $(STAMP)
 run: setup
 	$(BIN)/rlanything train --config configs/demo.yaml
 
-# Two pytest-xdist workers, each test file on one of them, one torch thread each (tests/conftest.py):
-# much of the suite is single-threaded (the fault tests' runs, servers, Prefect), so two workers
-# use both cores. TEST_WORKERS=0 runs it in one process.
+# Two pytest-xdist workers, one torch thread each (tests/conftest.py): much of the suite is
+# single-threaded (the fault tests' runs, servers, Prefect), so two workers use both cores. The
+# slow tests come first, and a worker whose queue runs out takes half of the other's; both share
+# one model cache, one Prefect server and the reference runs (tests/suite.py). TEST_WORKERS=0
+# runs it in one process. The 15 slowest tests are listed at the end, so that growth shows.
 TEST_WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+PYTEST := $(BIN)/python -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 test: setup $(OPENENV_STAMP) lint docs
-	$(PYTEST)
+	$(PYTEST) --durations=15
 
 # The quick tier for a change to one module: every test not marked slow (end-to-end runs,
 # servers, the fault suite), a few minutes on 2 cores. `make test` remains the whole suite.

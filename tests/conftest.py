@@ -1,4 +1,5 @@
-"""Shared fixtures. Tests never download anything: models are built locally into a temp cache."""
+"""Shared fixtures. Tests never download anything: models are built locally into the session's
+cache (suite.py)."""
 
 from __future__ import annotations
 
@@ -8,20 +9,47 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from suite import end_session, mlflow_store, prefect_server, session_root, start_session
 
 from rlanything_core.models.loading import resolve_source
 from rlanything_core.models.services import Service, free_port, serve_command
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Under pytest-xdist (`make test` runs `-n 2`) each worker keeps to one torch thread, and so
+    """The process that starts the session makes the directory its workers share (suite.py).
+    Under pytest-xdist (`make test` runs `-n 2`) each worker keeps to one torch thread, and so
     do the processes it starts: two workers at two threads each would share two cores at a
     fraction of the speed of one thread each."""
+    root = start_session()
+    if root is not None:
+        config.stash[_SESSION_ROOT] = root
+    # Prefect's files (and the temporary server of a command run without PREFECT_API_URL) in a
+    # home of this process's own, never the user's; its settings are read when Prefect is first
+    # imported, after this.
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    os.environ["PREFECT_HOME"] = str(session_root() / f"prefect-home-{worker}")
+    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     if os.environ.get("PYTEST_XDIST_WORKER"):
         import torch
 
         os.environ["OMP_NUM_THREADS"] = "1"
         torch.set_num_threads(1)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    root = config.stash.get(_SESSION_ROOT, None)
+    if root is not None:
+        end_session(root)
+
+
+_SESSION_ROOT = pytest.StashKey[Path]()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow tests first, each module's together: a worker whose queue runs out takes half of
+    the other's (`--dist worksteal`), so the quick tests at the end even out the two."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 GOLDEN = Path(__file__).resolve().parents[1].parent / "shared" / "golden" / "method_vectors.json"
@@ -33,14 +61,6 @@ def golden() -> dict:
     """shared/golden/method_vectors.json (a copy in tests/data serves clones without shared/)."""
     path = GOLDEN if GOLDEN.is_file() else LOCAL_GOLDEN
     return json.loads(path.read_text())
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _isolated_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Tiny models are built once per test session into a temporary cache."""
-    os.environ["RLANYTHING_CACHE"] = str(tmp_path_factory.mktemp("rlanything-cache"))
-    # MLflow artifacts of local stores go to the user's data directory: a temporary one here
-    os.environ["RLANYTHING_DATA"] = str(tmp_path_factory.mktemp("rlanything-data"))
 
 
 @pytest.fixture(scope="module")
@@ -61,16 +81,20 @@ def served(base: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serv
 
 
 @pytest.fixture(scope="module")
-def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Prefect's test harness (a temporary server) and MLflow on a temporary SQLite store, for
-    a test module's flows (tests/test_flows.py, tests/test_cuda.py)."""
-    from prefect.testing.utilities import prefect_test_harness
+def prefect_harness() -> Iterator[None]:
+    """The session's Prefect server and MLflow store (suite.py) for a test module's flows
+    run in this process (tests/test_flows.py and others)."""
+    import prefect.context
+    from prefect.settings import PREFECT_API_URL, temporary_settings
 
+    url = prefect_server()
     mp = pytest.MonkeyPatch()
-    home = tmp_path_factory.mktemp("prefect-home")
-    mp.setenv("PREFECT_HOME", str(home))
-    mp.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{home / 'mlflow.db'}")
-    with prefect_test_harness(server_startup_timeout=120):
+    mp.setenv("PREFECT_API_URL", url)  # for the processes the flows start
+    mp.setenv("MLFLOW_TRACKING_URI", mlflow_store())
+    with (
+        temporary_settings({PREFECT_API_URL: url}),
+        # also for the contexts copied before this one (Prefect's own test harness does so)
+        prefect.context._temporary_global_settings_context(prefect.context.get_settings_context()),
+    ):
         yield
     mp.undo()

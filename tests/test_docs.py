@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from suite import prefect_server
 
 from rlanything_core.run.config import load_config
 
@@ -91,6 +92,8 @@ def test_runnable_blocks_run_in_reading_order(tmp_path: Path) -> None:
     env = os.environ | {
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "PREFECT_HOME": str(tmp_path / "prefect-home"),
+        # the session's server, not a temporary one started by each command
+        "PREFECT_API_URL": prefect_server(),
         "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
     }
     for where, language, code in runnable_blocks():

@@ -3,7 +3,7 @@ runs side by side.
 
 The training runs here are real `rlanything` processes on tests/data/faults.yaml (configs/tiny.yaml,
 two rounds, with a warm start of each model), talking
-to a Prefect server and an MLflow SQLite store that this module starts and stops. A fail point
+to the session's Prefect server and an MLflow SQLite store of this module's own. A fail point
 (rlanything_core/base/failpoints.py) holds the process in the middle of a stage, right after the
 stage's first output file is in place, or while a round is logged to MLflow; the suite then kills
 its whole process group with SIGKILL.
@@ -22,7 +22,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +30,12 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 from safetensors.torch import load_file
+from suite import prefect_server, reference_run, session_root
 
 import rlanything_tasks.stages
 from rlanything_core.base.schemas import read_dataset
 from rlanything_core.models.checkpoints import OPTIMIZER_STATE, save_checkpoint
 from rlanything_core.models.loading import load_model, resolve_source
-from rlanything_core.models.services import Service, free_port
 from rlanything_core.run.config import load_config
 from rlanything_core.run.rundir import RunDir, RunDirError
 
@@ -56,46 +55,24 @@ KILL_POINTS = [
 
 
 @pytest.fixture(scope="module")
-def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """A Prefect server and an MLflow SQLite store for the training processes of this module;
-    the tiny models built here first, so that concurrent runs find them in the cache."""
+def services() -> dict[str, str]:
+    """The environment of this module's training processes: the session's Prefect server and an
+    MLflow SQLite store of these tests' own, both shared by the test workers (suite.py); the
+    tiny models built here first, so that concurrent runs find them in the cache."""
     config = load_config(CONFIG)
     for model in (config.policy.model, config.reward_model.model, config.env_model.model):
         resolve_source(model.source)
-    home = tmp_path_factory.mktemp("faults-home")
-    port = free_port()
-    env = {
+    home = session_root() / "faults"
+    home.mkdir(exist_ok=True)
+    return {
         **os.environ,
-        "PREFECT_HOME": str(home / "prefect"),
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
+        "PREFECT_API_URL": prefect_server(),
         "MLFLOW_TRACKING_URI": f"sqlite:///{home / 'mlflow.db'}",
         # One torch thread per process: two runs side by side with a thread per core each spend
         # their time waiting on each other's threads (a tiny.yaml run: 200 s instead of 46 s).
         # Every process here uses the same count, so the results stay comparable bit for bit.
         "OMP_NUM_THREADS": "1",
     }
-    server = Service(
-        [
-            sys.executable,
-            "-m",
-            "prefect",
-            "server",
-            "start",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
-        url=None,
-        port=port,
-        startup_timeout_s=180,
-        log_path=home / "prefect-server.log",
-        env=env,
-    )
-    server.url = f"http://127.0.0.1:{port}/api"
-    with server:
-        yield env
 
 
 # Real processes against a Prefect server: in `make test`, not in `make test-fast`.
@@ -159,19 +136,23 @@ def _kill_in(env: dict[str, str], args: list[str], log: Path, failpoint: str) ->
 
 
 @pytest.fixture(scope="module")
-def reference(services: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> RunDir:
-    """An uninterrupted run, trained beside a second identical one in another run directory."""
-    base = tmp_path_factory.mktemp("faults-reference")
-    runs = [base / "a", base / "b"]
-    procs = [
-        _launch(
-            services, ["train", "--config", str(CONFIG), "--run-dir", str(r)], base / f"{i}.log"
-        )
-        for i, r in enumerate(runs)
-    ]
-    for i, p in enumerate(procs):
-        _finish(p, base / f"{i}.log")
-    return RunDir(runs[0])
+def reference(services: dict[str, str]) -> RunDir:
+    """An uninterrupted run, trained beside a second identical one in another run directory,
+    once for the session (whichever test worker needs it first trains it)."""
+
+    def train_two(base: Path) -> None:
+        base.mkdir(parents=True)
+        runs = [base / "a", base / "b"]
+        procs = [
+            _launch(
+                services, ["train", "--config", str(CONFIG), "--run-dir", str(r)], base / f"{i}.log"
+            )
+            for i, r in enumerate(runs)
+        ]
+        for i, p in enumerate(procs):
+            _finish(p, base / f"{i}.log")
+
+    return RunDir(reference_run("faults", train_two) / "a")
 
 
 def _files(run: RunDir, pattern: str) -> dict[str, bytes]:

@@ -144,13 +144,20 @@ def test_two_rounds_end_to_end(tmp_path: Path) -> None:
         *(f"rlanything-rewrites-{slug}-round-{r}" for r in range(2)),
         *(f"rlanything-summary-{slug}-round-{r}" for r in range(2)),
     }
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterKey,
+        FlowRunFilter,
+        FlowRunFilterId,
+    )
 
+    rounds = FlowRunFilterId(any_=list({t.flow_run_id for t in task_runs}))
     with get_client(sync_client=True) as client:
         (table,) = client.read_artifacts(
             artifact_filter=ArtifactFilter(
                 key=ArtifactFilterKey(any_=[f"rlanything-rewrites-{slug}-round-0"])
-            )
+            ),
+            flow_run_filter=FlowRunFilter(id=rounds),  # other tests' runs are named "run" too
         )
     rows = json.loads(table.data) if isinstance(table.data, str) else table.data
     assert list(rows[0])[:5] == ["direction", "accepted", "acc_before", "acc_after", "changes"]
@@ -164,8 +171,6 @@ def test_two_rounds_end_to_end(tmp_path: Path) -> None:
     parent = client.get_run(summary["mlflow_run_id"])
     assert parent.data.tags["prefect.flow_run_id"] == flow_run_id
     assert parent.data.tags["prefect.flow_run_url"].endswith(f"/runs/flow-run/{flow_run_id}")
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-
     with get_client(sync_client=True) as prefect:
         (link,) = prefect.read_artifacts(
             artifact_filter=ArtifactFilter(
@@ -453,7 +458,9 @@ def test_eval_on_held_out_tasks(tmp_path: Path) -> None:
     assert stored["eval/id/policy_accuracy"] == metrics["eval/id/policy_accuracy"]
     runs = mlflow.search_runs(
         experiment_names=[config.tracking.experiment],
-        filter_string="tags.`rlanything.kind` = 'eval'",
+        filter_string=(
+            f"tags.`rlanything.kind` = 'eval' and tags.`rlanything.out_dir` = '{out.resolve()}'"
+        ),
         output_format="list",
     )
     assert (

@@ -1,5 +1,5 @@
 """A training run is quiet: progress lines, stage states and results, no Python warnings and no
-weight-loading bars, with an empty model cache (tiny models built on first use) as with a warm one.
+weight-loading bars, with a cold model cache (tiny models built on first use) as with a warm one.
 
 The run has warnings raised from rlanything's own modules, and every FutureWarning (the
 deprecations a library announces before it breaks a call of ours), turned into errors, so a
@@ -9,11 +9,15 @@ deprecated call fails this test before the library removes it.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from rlanything_core.base.paths import cache_root
+from rlanything_core.models.loading import resolve_source
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,6 +53,12 @@ def train(tmp_path: Path, run: str) -> str:
 
 @pytest.mark.slow
 def test_a_run_prints_no_warning_with_a_cold_and_a_warm_model_cache(tmp_path: Path) -> None:
+    """The cold cache lacks the tiny base model and the warm-started policy, so the run builds
+    both; the judge and the environment model, built by the same code (`ensure_warm_tiny_model`)
+    in two minutes more, are copied in from the session's cache."""
+    for source in ("tiny-judge:0", "tiny-envmodel:0"):
+        built = Path(resolve_source(source))
+        shutil.copytree(built, tmp_path / "cache" / built.relative_to(cache_root()))
     for run in ("cold", "warm"):
         output = train(tmp_path, run)
         noisy = [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import shutil
 import uuid
@@ -108,3 +109,24 @@ def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)
     failpoints.after_write(final)
+
+
+@contextlib.contextmanager
+def entry_lock(entry: Path, wait: bool = True) -> Iterator[bool]:
+    """Hold an `flock` on a hidden file beside the cache entry `entry` while the body builds it:
+    processes that want the same entry take turns, and the later ones find it built (check for
+    it again inside). Yields False, holding nothing, when `wait` is False and another process
+    holds the lock. The kernel drops the lock when its holder dies; safety still comes from
+    writing the entry atomically, the lock only spares duplicate work."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    lock = entry.with_name(f".{entry.name}.lock")
+    with open(lock, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            lock.unlink(missing_ok=True)

@@ -12,7 +12,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from rlanything_core.base.atomic import atomic_dir
+from rlanything_core.base.atomic import atomic_dir, entry_lock
 from rlanything_core.base.paths import cache_root
 from rlanything_core.base.seeding import derive_seed, seed_everything
 from rlanything_core.envs.demos import Demo
@@ -137,14 +137,16 @@ def ensure_tiny_model(
     words = "" if vocabulary == "household" else f"-{vocabulary}"
     target = cache_root() / f"tiny-llama{size}{words}-seed{seed}"
     if not (target / "model.safetensors").is_file():
-        build_tiny_model(
-            target,
-            seed=seed,
-            hidden_size=hidden_size,
-            num_layers=num_layers,
-            vocab_size=TINY_VOCAB_SIZE[vocabulary],
-            vocabulary=vocabulary,
-        )
+        with entry_lock(target):
+            if not (target / "model.safetensors").is_file():  # not built while this one waited
+                build_tiny_model(
+                    target,
+                    seed=seed,
+                    hidden_size=hidden_size,
+                    num_layers=num_layers,
+                    vocab_size=TINY_VOCAB_SIZE[vocabulary],
+                    vocabulary=vocabulary,
+                )
     return target
 
 
@@ -180,21 +182,27 @@ def ensure_warm_tiny_model(kind: str, seed: int = 0) -> Path:
     version = WARM_DATA_VERSION[kind]
     target = cache_root() / f"tiny-{kind}{'' if version == 1 else f'-v{version}'}-seed{seed}"
     if not (target / "model.safetensors").is_file():
-        demos = warm_start_demos(kind, seed)
-        source = ensure_tiny_model(seed)
-        seed_everything(derive_seed(seed, "sft") % (1 << 32))
-        with no_weight_bars():
-            model = LlamaForCausalLM.from_pretrained(source, dtype=torch.float32)
-        model.train()
-        tokenizer = PreTrainedTokenizerFast.from_pretrained(source)
-        finetune_and_save(
-            model,
-            tokenizer,
-            tokenize_demos(tokenizer, demos),
-            target,
-            lr=3e-3,
-            epochs=WARM_EPOCHS[kind],
-            micro_batch_size=16,
-            seed=seed,
-        )
+        with entry_lock(target):
+            if not (target / "model.safetensors").is_file():  # not built while this one waited
+                _build_warm_tiny_model(kind, seed, target)
     return target
+
+
+def _build_warm_tiny_model(kind: str, seed: int, target: Path) -> None:
+    demos = warm_start_demos(kind, seed)
+    source = ensure_tiny_model(seed)
+    seed_everything(derive_seed(seed, "sft") % (1 << 32))
+    with no_weight_bars():
+        model = LlamaForCausalLM.from_pretrained(source, dtype=torch.float32)
+    model.train()
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(source)
+    finetune_and_save(
+        model,
+        tokenizer,
+        tokenize_demos(tokenizer, demos),
+        target,
+        lr=3e-3,
+        epochs=WARM_EPOCHS[kind],
+        micro_batch_size=16,
+        seed=seed,
+    )

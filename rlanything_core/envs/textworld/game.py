@@ -16,7 +16,6 @@ otherwise shortened that policy (TextWorld recomputes it from the current state)
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import itertools
 import json
@@ -33,6 +32,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rlanything_core.base.atomic import entry_lock
 from rlanything_core.base.paths import cache_root as project_cache
 from rlanything_core.envs.common import SpecError, check_step_limit, validate_spec
 from rlanything_core.envs.household.world import StepResult
@@ -197,18 +197,11 @@ def _build(spec: TextWorldSpec, wait: bool) -> Game | None:
     root, key = cache_root(), spec_hash(spec)
     folder = root / key
     if not (folder / "meta.json").is_file():
-        root.mkdir(parents=True, exist_ok=True)
-        lock = root / f".{key}.lock"
-        with open(lock, "a") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-            except BlockingIOError:
+        with entry_lock(folder, wait) as held:
+            if not held:
                 return None
-            try:
-                if not (folder / "meta.json").is_file():  # not made while this one waited
-                    _generate_into(spec, root, key)
-            finally:
-                lock.unlink(missing_ok=True)
+            if not (folder / "meta.json").is_file():  # not made while this one waited
+                _generate_into(spec, root, key)
     try:
         return _load(str(root), key)
     except (OSError, ValueError, KeyError) as exc:
