@@ -63,11 +63,12 @@ run: setup
 # single-threaded (the fault tests' runs, servers, Prefect), so two workers use both cores. The
 # slow tests come first, and a worker whose queue runs out takes half of the other's; both share
 # one model cache, one Prefect server and the reference runs (tests/suite.py). TEST_WORKERS=0
-# runs it in one process. The 15 slowest tests are listed at the end, so that growth shows.
+# runs it in one process. The 15 slowest tests are listed at the end, so that growth shows, and
+# every test's seconds are in runs/pytest.xml (`benchmarks/test_durations.py` sums them per file).
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 test: setup $(OPENENV_STAMP) lint docs
-	$(PYTEST) --durations=15
+	$(PYTEST) --durations=15 --junitxml=runs/pytest.xml
 
 # The quick tier for a change to one module: every test not marked slow (end-to-end runs,
 # servers, the fault suite), a few minutes on 2 cores. `make test` remains the whole suite.
