@@ -70,12 +70,13 @@ PYTEST := $(BIN)/python -m pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST
 test: setup $(OPENENV_STAMP) lint docs
 	$(PYTEST) --durations=15 --junitxml=runs/pytest.xml
 
-# The quick tier for a change to one module: every test not marked slow (end-to-end runs,
-# servers, the fault suite), a few minutes on 2 cores. `make test` remains the whole suite.
+# The quick tier for a change to one module: tests/unit, in process, a few minutes on 2 cores.
+# `make test` adds tests/flows (whole flows in process), tests/e2e (processes, servers, the
+# fault suite, the deploy sequence) and tests/gpu (skipped without a CUDA device).
 test-fast: setup $(OPENENV_STAMP)
-	$(PYTEST) -m "not slow"
+	$(PYTEST) tests/unit
 
-# The documentation site, built strictly: a broken link or a missing page fails (tests/test_docs.py
+# The documentation site, built strictly: a broken link or a missing page fails (tests/unit/test_docs.py
 # fails on a stale generated reference page; `python docs/generate.py` rewrites them). `make docs-serve` previews it at http://127.0.0.1:8000.
 docs: setup
 	$(BIN)/mkdocs build --strict --quiet --site-dir runs/site
@@ -83,9 +84,9 @@ docs: setup
 docs-serve: setup
 	$(BIN)/mkdocs serve
 
-# The CUDA tests alone (tests/test_cuda.py; `make test` skips them where there is no GPU).
+# The CUDA tests alone (tests/gpu/test_cuda.py; `make test` skips them where there is no GPU).
 test-gpu: setup
-	$(BIN)/python -m pytest -m gpu -v -s tests/test_cuda.py
+	$(BIN)/python -m pytest -m gpu -v -s tests/gpu/test_cuda.py
 
 # benchmarks/: JSON results (needs the `bench` extra: TRL, psutil), written to $(BENCH_OUT), by
 # default runs/bench (git-ignored). `make bench BENCH_OUT=benchmarks/results` updates the committed

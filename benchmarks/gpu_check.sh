@@ -23,7 +23,7 @@ for name in ("torch", "transformers", "peft", "prefect", "mlflow", "pandas", "py
     print(name, importlib.import_module(name).__version__)
 PY
 timeout "${TEST_TIMEOUT:-300}" python3 -m pytest -m gpu -v -s -p no:cacheprovider \
-  ${TESTS:+-k "$TESTS"} tests/test_cuda.py --junitxml="$OUT/test-cuda.xml" 2>&1 | tee "$OUT/test-cuda.log" | grep -v "Loading weights"
+  ${TESTS:+-k "$TESTS"} tests/gpu/test_cuda.py --junitxml="$OUT/test-cuda.xml" 2>&1 | tee "$OUT/test-cuda.log" | grep -v "Loading weights"
 sed 's/device: cpu/device: cuda/' configs/tiny.yaml > /tmp/tiny-cuda.yaml
 timeout "${BENCH_TIMEOUT:-150}" python3 benchmarks/throughput.py --config /tmp/tiny-cuda.yaml \
   --out "$OUT/throughput-tiny-cuda.json" 2>&1 | grep -v "Loading weights" | tail -15

@@ -5,7 +5,7 @@
   and description, which is the docstring under the field).
 
 `python docs/generate.py` rewrites both; `python docs/generate.py --check` exits 1 naming the
-stale page instead (tests/test_docs.py runs that check, so a page cannot drift from the code).
+stale page instead (tests/unit/test_docs.py runs that check, so a page cannot drift from the code).
 The pages are built from argparse's and pydantic's data rather than their formatted help, so they
 read the same on every supported Python version.
 """

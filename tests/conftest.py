@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from example_envs import BROKEN, OPENENV_SERVER
 from suite import end_session, mlflow_store, prefect_server, session_root, start_session
 
+from rlanything_core.envs.openenv.client import LocalServer
 from rlanything_core.models.loading import resolve_source
 from rlanything_core.models.services import Service, free_port, serve_command
 
@@ -46,10 +49,20 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 _SESSION_ROOT = pytest.StashKey[Path]()
 
 
+TIERS = ("e2e", "flows", "gpu", "unit")
+"""The suite's tiers, one directory each, in the order they run: the slowest first."""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The slow tests first, each module's together: a worker whose queue runs out takes half of
-    the other's (`--dist worksteal`), so the quick tests at the end even out the two."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """Each test is marked with its directory's tier, and the tiers run slowest first, each
+    module's tests together: a worker whose queue runs out takes half of the other's (`--dist
+    worksteal`), so the quick tests at the end even out the two."""
+    here = Path(__file__).parent
+    for item in items:
+        tier = item.path.relative_to(here).parts[0]
+        assert tier in TIERS, f"{item.path}: a test file belongs in one of tests/{TIERS}"
+        item.add_marker(tier)
+    items.sort(key=lambda item: TIERS.index(item.path.relative_to(here).parts[0]))
 
 
 GOLDEN = Path(__file__).resolve().parents[1].parent / "shared" / "golden" / "method_vectors.json"
@@ -65,7 +78,7 @@ def golden() -> dict:
 
 @pytest.fixture(scope="module")
 def base() -> str:
-    """The tiny judge that `served` serves (tests/test_engines.py, tests/test_serve.py)."""
+    """The tiny judge that `served` serves (tests/e2e/test_engines.py, tests/e2e/test_serve.py)."""
     return resolve_source("tiny-judge:0")
 
 
@@ -81,9 +94,27 @@ def served(base: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serv
 
 
 @pytest.fixture(scope="module")
+def broken_envs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A file of corridor environments that break the contract one way each (example_envs.py)."""
+    path = tmp_path_factory.mktemp("envs") / "broken.py"
+    path.write_text(textwrap.dedent(BROKEN))
+    return path
+
+
+@pytest.fixture(scope="module")
+def openenv_server() -> Iterator[LocalServer]:
+    """The OpenEnv example server on a free loopback port, for the module."""
+    import openenv  # noqa: F401  (the `openenv` extra: `make test` installs it)
+
+    local = LocalServer(OPENENV_SERVER, start_timeout=60)
+    yield local
+    local.stop()
+
+
+@pytest.fixture(scope="module")
 def prefect_harness() -> Iterator[None]:
     """The session's Prefect server and MLflow store (suite.py) for a test module's flows
-    run in this process (tests/test_flows.py and others)."""
+    run in this process (tests/flows/test_flows.py and others)."""
     import prefect.context
     from prefect.settings import PREFECT_API_URL, temporary_settings
 

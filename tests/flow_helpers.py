@@ -1,5 +1,5 @@
-"""What the end-to-end flow tests share (`test_flows.py`, `test_flows_envs.py`): the tiny
-config, and checks of a finished run."""
+"""What the flow tests share (tests/flows/): the tiny config, reference runs of it trained once
+for the session, and checks of a finished run."""
 
 from __future__ import annotations
 
@@ -10,12 +10,14 @@ import pandas as pd
 import torch
 from prefect.client.orchestration import get_client
 from safetensors.torch import load_file
+from suite import reference_run
 
 import rlanything_tasks.stages
 from rlanything_core.base.schemas import SCHEMAS, read_dataset
 from rlanything_core.run.config import RunConfig, load_config
 from rlanything_core.run.rundir import RunDir
 from rlanything_flows.evaluate import rlanything_eval
+from rlanything_flows.train import rlanything_train
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = [t.name for t in rlanything_tasks.stages.STAGES]
@@ -25,6 +27,18 @@ ROUND_FILES = [n for n in SCHEMAS if n not in ("sft_samples", "expert_set")]
 def tiny(rounds: int, **updates: Any) -> RunConfig:
     return load_config(ROOT / "configs" / "tiny.yaml").model_copy(
         update={"rounds": rounds, **updates}
+    )
+
+
+def reference(rounds: int, **updates: Any) -> RunDir:
+    """`tiny(rounds, **updates)` trained once for the session, in process (suite.py): read it,
+    or work on a `copy_run` of it. A copy shares the reference's MLflow run and Prefect flow
+    runs, so a test that resumes a copy checks its files, or the MLflow runs of its own copy
+    only where no other test resumes a copy of the same reference."""
+    name = "tiny-" + "-".join([str(rounds), *(f"{k}-{v}" for k, v in sorted(updates.items()))])
+    config = tiny(rounds, **updates)
+    return RunDir(
+        reference_run(name, lambda root: rlanything_train(config=config, run_dir=str(root)))
     )
 
 

@@ -1,4 +1,4 @@
-"""Fail points: where the fault-injection suite (tests/test_faults.py) stops a training process.
+"""Fail points: where the fault-injection suite (tests/e2e/test_faults.py) stops a training process.
 
 With RLANYTHING_FAILPOINT="<round>/<stage>" (e.g. "1/policy-update"), the process stops in the
 middle of that stage: right after the stage's first output file (a dataset or a checkpoint) is

@@ -50,8 +50,7 @@ from rlanything_flows.ablate import (
 from rlanything_flows.evaluate import SPLITS, held_out_digest, rlanything_eval
 from rlanything_flows.train import rlanything_train
 
-# End-to-end flows: the whole suite (`make test`), not the quick tier (`make test-fast`).
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
+pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 
 def _subflows_named_and_progress_logged(flow_run_id: str) -> None:

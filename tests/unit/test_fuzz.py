@@ -156,7 +156,7 @@ _GAME_SPECS: dict[str, dict[str, object]] = {
 
 # -- task files and configs: one clear error naming the file and the field, nothing written
 
-CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
+CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
 _JUNK: list[object] = [
     None, -1, 0, 2**70, 1e308, float("nan"), "", "x" * 10_000, "💥", [], {}, [1, [2, [3]]],
     {"a": {"b": None}}, True, "nan", "-1", ["put", 3],

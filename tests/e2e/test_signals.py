@@ -17,10 +17,8 @@ from pathlib import Path
 import mlflow
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RLANYTHING = str(Path(sys.executable).parent / "rlanything")
-
-pytestmark = pytest.mark.slow
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:

@@ -20,7 +20,6 @@ from typing import Any
 from uuid import UUID
 
 import mlflow
-import pytest
 import yaml
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (
@@ -40,11 +39,8 @@ from prefect.states import Scheduled
 
 from rlanything_core.models.services import free_port
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BEGIN, END = "<!-- deploy-sequence -->", "<!-- /deploy-sequence -->"
-
-# A real Prefect server, worker and deployment runs: in `make test`, not in `make test-fast`.
-pytestmark = pytest.mark.slow
 
 
 GUIDE = ROOT / "docs" / "guides" / "prefect.md"

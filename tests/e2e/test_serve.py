@@ -19,8 +19,6 @@ from rlanything_core.models.engines import HFEngine
 from rlanything_core.models.loading import load_model
 from rlanything_core.models.services import Service, free_port, serve_command
 
-pytestmark = pytest.mark.slow
-
 QUESTION = [{"role": "user", "content": "Is the mug in the cabinet? Answer yes or no."}]
 
 

@@ -20,9 +20,11 @@ from flow_helpers import (
     _task_runs,
     _two_rounds_finished,
     _weights,
+    reference,
     tiny,
 )
 from prefect.client.orchestration import get_client
+from suite import copy_run
 
 from rlanything_core.base.schemas import read_dataset
 from rlanything_core.models.config import EngineConfig
@@ -33,8 +35,7 @@ from rlanything_core.run.rundir import RunDir
 from rlanything_flows.evaluate import rlanything_eval
 from rlanything_flows.train import rlanything_train
 
-# End-to-end flows: the whole suite (`make test`), not the quick tier (`make test-fast`).
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("prefect_harness")]
+pytestmark = pytest.mark.usefixtures("prefect_harness")
 
 
 def test_coding_two_rounds_with_unit_test_reward_model(tmp_path: Path) -> None:
@@ -106,8 +107,7 @@ def test_served_reward_model_gives_the_in_process_verdicts(
     tmp_path: Path, served_models: dict[str, str]
 ) -> None:
     config = tiny(rounds=1, mode="policy")
-    local, remote = RunDir(tmp_path / "local"), RunDir(tmp_path / "served")
-    rlanything_train(config=config, run_dir=str(local.root))
+    local, remote = reference(1, mode="policy"), RunDir(tmp_path / "served")
     served = _engine(config, "reward_model", served_models["tiny-judge:0"])
     rlanything_train(config=served, run_dir=str(remote.root))
     columns = ["task_id", "rollout_idx", "step_idx", "vote_idx", "seed", "reasoning", "verdict"]
@@ -160,8 +160,7 @@ def test_sharded_rollouts_and_two_process_updates_give_the_one_process_round(
             )
         }
     )
-    one, two = RunDir(tmp_path / "one"), RunDir(tmp_path / "two")
-    rlanything_train(config=config, run_dir=str(one.root))
+    one, two = reference(1, mode="policy"), RunDir(tmp_path / "two")
     summary = rlanything_train(config=parallel, run_dir=str(two.root))
     columns = ["task_id", "rollout_idx", "step_idx", "seed", "checkpoint", "response", "outcome"]
     a = read_dataset(one.dataset(0, "rollouts"), "rollouts")[columns]
@@ -347,10 +346,8 @@ def test_a_user_environment_named_by_its_file_trains_through_the_whole_loop(
 def test_a_moved_run_directory_resumes_as_if_it_had_not_moved(tmp_path: Path) -> None:
     """One round, the run directory moved elsewhere, then the second round: its datasets are
     byte for byte those of a run that trained both rounds where it was."""
-    whole = RunDir(tmp_path / "whole")
-    rlanything_train(config=tiny(rounds=2), run_dir=str(whole.root))
-    first = RunDir(tmp_path / "first")
-    rlanything_train(config=tiny(rounds=1), run_dir=str(first.root))
+    whole = reference(2)
+    first = RunDir(copy_run(reference(1).root, tmp_path / "first"))
     (tmp_path / "elsewhere").mkdir()
     moved = RunDir(first.root.rename(tmp_path / "elsewhere" / "moved"))
     summary = rlanything_train(config=tiny(rounds=2), run_dir=str(moved.root))

@@ -13,7 +13,7 @@ from rlanything_core.run.config import RunConfig, parse_config
 from rlanything_core.run.rundir import RunDir
 from rlanything_tasks.warm_start import warm_start_role
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _config(seed: int = 0, step_slack: int = 4, **warm_start: object) -> RunConfig:

@@ -9,12 +9,13 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from rlanything_core.base.atomic import atomic_dir, atomic_path
+from rlanything_core.base.atomic import atomic_dir, atomic_path, entry_lock
 from rlanything_core.run.rundir import RunDir, RunDirError
 
 HOLD = """
@@ -135,3 +136,56 @@ def test_a_full_disk_while_a_file_is_written_names_it_and_the_space_left(tmp_pat
     message = str(caught.value)
     assert f"could not write {target}" in message and "bytes are free there" in message
     assert target.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == [target.name]
+
+
+LOCK_THEN_BUILD = """
+import os, sys
+from pathlib import Path
+from rlanything_core.base.atomic import entry_lock
+from rlanything_core.models.tiny import build_tiny_model
+target = Path(sys.argv[1])
+with entry_lock(target):
+    print("locked", flush=True)
+    sys.stdin.readline()
+    build_tiny_model(target, seed=3)
+    print(os.stat(target).st_ino, flush=True)
+"""
+
+
+def test_a_builder_waits_for_the_process_building_the_same_cache_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Processes that want the same cache entry take turns (`entry_lock`): while another
+    process holds it, an attempt that does not wait is refused, and the tiny-model cache waits,
+    then finds the model the other process built instead of building it a second time."""
+    from rlanything_core.models.tiny import ensure_tiny_model
+
+    monkeypatch.setenv("RLANYTHING_CACHE", str(tmp_path))
+    target = tmp_path / "tiny-llama-seed3"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", LOCK_THEN_BUILD, str(target)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdin is not None and holder.stdout is not None
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with entry_lock(target, wait=False) as held:
+            assert held is False
+        found: list[Path] = []
+        waiting = threading.Thread(target=lambda: found.append(ensure_tiny_model(3)))
+        waiting.start()
+        waiting.join(timeout=3)  # a builder that did not wait would be done by now
+        assert waiting.is_alive() and not found
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        built_inode = int(holder.stdout.readline())
+        waiting.join(timeout=120)
+        assert found == [target] and os.stat(target).st_ino == built_inode
+        assert holder.wait(timeout=60) == 0
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    with entry_lock(target, wait=False) as held:  # released with its holder
+        assert held is True

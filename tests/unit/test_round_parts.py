@@ -30,7 +30,7 @@ from rlanything_flows.evaluate import policy_metrics, reward_model_metrics
 from rlanything_tasks.common import progress as progress_bar
 from rlanything_tasks.stages import advantage_computation
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 HOUSEHOLD = make_environment("household", {}, "id")[0]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import commit_speedup
 import throughput
@@ -18,8 +18,6 @@ import trl_grpo
 from common import REPO, EqualWorkError
 
 from rlanything_core.models.loading import load_model
-
-pytestmark = pytest.mark.slow
 
 
 def test_trl_comparison_trains_both_sides_on_the_same_completions() -> None:

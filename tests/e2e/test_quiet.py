@@ -14,12 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from rlanything_core.base.paths import cache_root
 from rlanything_core.models.loading import resolve_source
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = """
 import sys, warnings
@@ -51,7 +49,6 @@ def train(tmp_path: Path, run: str) -> str:
     return output
 
 
-@pytest.mark.slow
 def test_a_run_prints_no_warning_with_a_cold_and_a_warm_model_cache(tmp_path: Path) -> None:
     """The cold cache lacks the tiny base model and the warm-started policy, so the run builds
     both; the judge and the environment model, built by the same code (`ensure_warm_tiny_model`)

@@ -39,7 +39,7 @@ from rlanything_core.models.loading import load_model, resolve_source
 from rlanything_core.run.config import load_config
 from rlanything_core.run.rundir import RunDir, RunDirError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "tests" / "data" / "faults.yaml"  # configs/tiny.yaml with three warm starts
 STAGES = [t.name for t in rlanything_tasks.stages.STAGES]
 MLFLOW_POINTS = ["mlflow-metrics", "mlflow-dataset", "mlflow-checkpoint", "mlflow-artifact"]
@@ -73,10 +73,6 @@ def services() -> dict[str, str]:
         # Every process here uses the same count, so the results stay comparable bit for bit.
         "OMP_NUM_THREADS": "1",
     }
-
-
-# Real processes against a Prefect server: in `make test`, not in `make test-fast`.
-pytestmark = pytest.mark.slow
 
 
 def _command(*args: str) -> list[str]:

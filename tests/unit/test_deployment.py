@@ -10,7 +10,7 @@ import yaml
 from rlanything_core.run.config import ConfigError, load_config
 from rlanything_flows.train import pick_config, rlanything_train
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_deployment_entrypoint_and_parameters() -> None:
@@ -22,7 +22,7 @@ def test_deployment_entrypoint_and_parameters() -> None:
         assert (ROOT / module).is_file() and name == rlanything_train.fn.__name__
     nightly = deployments["nightly-tiny"]
     assert nightly["schedules"][0]["cron"] == "0 2 * * *"
-    # every night trains a run directory of its own (test_flows.py checks the expansion)
+    # every night trains a run directory of its own (tests/flows/test_flows.py checks the expansion)
     assert "{date}" in nightly["parameters"]["run_dir"]
     assert "{flow_run_name}" in nightly["parameters"]["run_dir"]
     # the config is a file of the clone, by path; no pull step: workers run in the clone

@@ -1,17 +1,16 @@
 """The OpenEnv adapter against a real OpenEnv server (examples/openenv/guess_server.py, built
 with openenv-core from the `openenv` extra) served on loopback: its options, its episodes, its
-errors, `rlanything check-env` on it, and two rounds of training through Prefect whose MLflow
-run names the server."""
+errors and `rlanything check-env` on it (tests/flows/test_user_environments.py trains on it)."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from example_envs import OPENENV_EXAMPLE, OPENENV_SERVER
 
 from rlanything_core.envs.interface import make_environment
 from rlanything_core.envs.openenv.client import LocalServer, OpenEnvError
@@ -20,20 +19,8 @@ from rlanything_core.run.config import ConfigError, parse_config
 from rlanything_core.run.envcheck import contract_checks
 from rlanything_flows.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
-EXAMPLE = ROOT / "examples" / "openenv"
-SERVER = f"{sys.executable} {EXAMPLE / 'guess_server.py'} --port {{port}}"
+ROOT = Path(__file__).resolve().parents[2]
 PARAMS = {"high": {"min": 4, "max": 16}}
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[LocalServer]:
-    """The example server on a free loopback port, for the module."""
-    import openenv  # noqa: F401  (the `openenv` extra: `make test` installs it)
-
-    local = LocalServer(SERVER, start_timeout=60)
-    yield local
-    local.stop()
 
 
 def _env(**options: Any) -> OpenEnvEnvironment:
@@ -82,9 +69,9 @@ def test_tasks_are_the_reset_parameters_drawn_from_their_ranges() -> None:
 
 
 def test_episodes_play_over_sessions_and_malformed_answers_are_invalid_moves(
-    server: LocalServer,
+    openenv_server: LocalServer,
 ) -> None:
-    env = _env(url=server.url, task_params=PARAMS, max_steps=4)
+    env = _env(url=openenv_server.url, task_params=PARAMS, max_steps=4)
     spec = env.parse_spec({"seed": 7, "max_steps": 4, "high": 4})
     with env.session():
         assert env.server_name == "GuessEnvironment"
@@ -104,11 +91,14 @@ def test_episodes_play_over_sessions_and_malformed_answers_are_invalid_moves(
         while not found.done:
             move = found.act(f"thinking... \\boxed{{{found.steps_taken + 1}}}")
         assert found.success and move.progress and move.observation.endswith("is right.")
-    assert env.tracking_tags() == {"openenv.name": "GuessEnvironment", "openenv.url": server.url}
+    assert env.tracking_tags() == {
+        "openenv.name": "GuessEnvironment",
+        "openenv.url": openenv_server.url,
+    }
 
 
-def test_server_mistakes_are_one_clear_error(server: LocalServer, tmp_path: Path) -> None:
-    wrong_field = _env(url=server.url, action_field="move")
+def test_server_mistakes_are_one_clear_error(openenv_server: LocalServer, tmp_path: Path) -> None:
+    wrong_field = _env(url=openenv_server.url, action_field="move")
     with pytest.raises(OpenEnvError, match=r"action_field 'move' is not a field.*guess"):
         wrong_field.session().__enter__()
     with pytest.raises(OpenEnvError, match=r"127\.0\.0\.1:9/schema: ConnectError"):
@@ -118,7 +108,7 @@ def test_server_mistakes_are_one_clear_error(server: LocalServer, tmp_path: Path
     crashing = _env(command=f"{sys.executable} {crash} {{port}}")
     with pytest.raises(OpenEnvError, match=r"exited with status 3 before answering.*no such"):
         crashing.session().__enter__()
-    small = LocalServer(SERVER + " --max-sessions 1", start_timeout=60)
+    small = LocalServer(OPENENV_SERVER + " --max-sessions 1", start_timeout=60)
     try:
         env = _env(url=small.url)
         spec = OpenEnvTask(seed=1, max_steps=3)
@@ -134,20 +124,20 @@ def test_check_env_passes_on_the_example(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(ROOT)
-    assert main(["check-env", str(EXAMPLE / "config.yaml")]) == 0
+    assert main(["check-env", str(OPENENV_EXAMPLE / "config.yaml")]) == 0
     out = capsys.readouterr().out
     assert "pass  task parameters reach the server's reset: 1 parameter" in out, out
     assert "FAIL" not in out and "7 passed, 0 failed" in out, out
 
 
 def test_check_env_names_a_task_parameter_the_server_ignores(
-    server: LocalServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    openenv_server: LocalServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The example server's reset takes `high` and ignores any other keyword (as OpenEnv's
     resets do), so a misspelt parameter would make every task the same game."""
     misspelt = {"hihg": PARAMS["high"], "high": {"min": 8, "max": 8}}
-    data = yaml.safe_load((EXAMPLE / "config.yaml").read_text())
-    data["environment"]["options"] = {"url": server.url, "task_params": misspelt}
+    data = yaml.safe_load((OPENENV_EXAMPLE / "config.yaml").read_text())
+    data["environment"]["options"] = {"url": openenv_server.url, "task_params": misspelt}
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(data))
     assert main(["check-env", str(config)]) == 2
@@ -158,56 +148,6 @@ def test_check_env_names_a_task_parameter_the_server_ignores(
     assert "with hihg (4 and 16) began alike" in failed[0], failed[0]
     # `train` reports it and goes on: the loop does not rely on it
     checks = contract_checks(
-        _env(url=server.url, task_params=misspelt), num_tasks=4, seed=0, max_steps=20
+        _env(url=openenv_server.url, task_params=misspelt), num_tasks=4, seed=0, max_steps=20
     )
     assert [c.absorbed for c in checks if not c.passed] == [True]
-
-
-@pytest.mark.slow
-@pytest.mark.usefixtures("prefect_harness")
-def test_two_rounds_train_on_a_local_server_and_mlflow_names_it(
-    server: LocalServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    import mlflow
-
-    from rlanything_core.base.schemas import read_dataset
-    from rlanything_core.run.config import load_config
-    from rlanything_core.run.rundir import RunDir
-    from rlanything_flows.train import rlanything_train
-
-    base = load_config(EXAMPLE / "config.yaml")
-    options = {**base.environment.options, "command": None, "url": server.url}
-    config = parse_config(
-        {
-            **base.model_dump(mode="json"),
-            "environment": {**base.environment.model_dump(mode="json"), "options": options},
-        }
-    )
-    run = RunDir(tmp_path / "run")
-    summary = rlanything_train(config=config, run_dir=str(run.root))
-    assert [r["round"] for r in summary["rounds"]] == [0, 1]
-    rollouts = read_dataset(run.dataset(1, "rollouts"), "rollouts")
-    assert rollouts["goal"].str.startswith("find the secret number between 1 and").all()
-    assert len(rollouts) >= 32  # every episode of round 1 took a step on the server
-    candidates = read_dataset(run.dataset(0, "candidates"), "candidates")
-    assert len(candidates) == 8  # the environment model was asked for every task
-    parent = mlflow.get_run(summary["mlflow_run_id"])
-    assert parent.data.tags["openenv.name"] == "GuessEnvironment"
-    assert parent.data.tags["openenv.url"] == server.url
-    assert parent.data.params["environment.options.url"] == server.url
-
-    # A server whose reset takes no declared task parameters: rewriting is skipped, said once
-    # a round, and the run goes on.
-    bare = {"command": SERVER, "goal": "find the secret number", "max_steps": 3}
-    plain = parse_config(
-        {
-            **config.model_dump(mode="json"),
-            "rounds": 1,
-            "environment": {**config.environment.model_dump(mode="json"), "options": bare},
-        }
-    )
-    capsys.readouterr()
-    summary = rlanything_train(config=plain, run_dir=str(tmp_path / "plain"))
-    out = capsys.readouterr().out
-    assert "round 0 task rewriting: skipped, the OpenEnv environment declares no task" in out
-    assert summary["rounds"][0]["env/candidates"] == 0

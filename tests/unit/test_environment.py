@@ -24,7 +24,7 @@ from rlanything_core.envs.interface import (
 )
 from rlanything_core.run.config import ConfigError, parse_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CORRIDOR = "examples/corridor/corridor.py:CorridorEnvironment"
 
 
