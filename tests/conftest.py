@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,6 +39,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
         os.environ["OMP_NUM_THREADS"] = "1"
         torch.set_num_threads(1)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Stop the temporary Prefect servers that commands run in this process started, while the
+    streams they log to are open: Prefect would stop them at exit, after pytest closed them."""
+    if "prefect.server.api.server" in sys.modules:
+        from prefect.server.api.server import SubprocessASGIServer
+
+        for server in list(SubprocessASGIServer._instances.values()):
+            server.stop()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -48,6 +48,7 @@ from rlanything_flows.ablate import (
     warm_started,
 )
 from rlanything_flows.evaluate import SPLITS, held_out_digest, rlanything_eval
+from rlanything_flows.tracking import registered_model_name
 from rlanything_flows.train import rlanything_train
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
@@ -99,6 +100,8 @@ def test_two_rounds_end_to_end(tmp_path: Path) -> None:
     # held-out evaluation of the start and of the end, which moves the `best` aliases
     data = tiny(rounds=2).model_dump()
     data["evaluation"] = {"num_tasks": 2, "rollouts_per_task": 1, "every": 2}
+    # registered models of this test's own: the session's store holds other tests' `best`
+    data["tracking"]["experiment"] = "rlanything-two-rounds"
     config = RunConfig.model_validate(data)
     run = RunDir(tmp_path / "run")
     summary = rlanything_train(config=config, run_dir=str(run.root))
@@ -218,7 +221,7 @@ def test_two_rounds_end_to_end(tmp_path: Path) -> None:
         # both checkpoints: Logged Models of the round's run, registered as versions, whose
         # files are the checkpoint's
         for role in ("policy", "reward_model"):
-            name = f"rlanything-tiny-{role.replace('_', '-')}"
+            name = registered_model_name(config.tracking.experiment, role)
             found = client.search_model_versions(f"name = '{name}'")
             (version,) = [v for v in found if v.run_id == child.info.run_id]
             assert version.tags["rlanything.round"] == str(r)
@@ -234,7 +237,7 @@ def test_two_rounds_end_to_end(tmp_path: Path) -> None:
         ("policy", "eval/id/policy_accuracy"),
         ("reward_model", "eval/id/rm_process_balanced_accuracy"),
     ):
-        name = f"rlanything-tiny-{role.replace('_', '-')}"
+        name = registered_model_name(config.tracking.experiment, role)
         score = summary["eval"][-1][key]
         if math.isnan(score):  # undefined (one class among the held-out steps): ranks nothing
             with pytest.raises(MlflowException, match="best"):
@@ -474,6 +477,7 @@ def test_learning_curve_evaluates_every_round_once(tmp_path: Path) -> None:
     data["environment"] |= {"num_tasks": 2}
     data["reward_model"]["votes"] = 1
     data["tracking"]["checkpoints"] = "reference"
+    data["tracking"]["experiment"] = "rlanything-curve"  # its own `best` (the store is shared)
     config = RunConfig.model_validate(data)
     run = RunDir(tmp_path / "run")
     summary = rlanything_train(config=config, run_dir=str(run.root))
@@ -515,12 +519,12 @@ def test_learning_curve_evaluates_every_round_once(tmp_path: Path) -> None:
     # scores, once each, and `best` names the better one; the fixed reward model has none
     versions = [
         v
-        for v in client.search_model_versions("name = 'rlanything-tiny-policy'")
+        for v in client.search_model_versions("name = 'rlanything-curve-policy'")
         if v.tags.get("rlanything.parent_run_id") == summary["mlflow_run_id"]
     ]
     scores = {int(v.tags["rlanything.round"]): float(v.tags["heldout.score"]) for v in versions}
     assert scores == {s - 1: summary["eval"][s]["eval/id/policy_accuracy"] for s in (1, 2)}
-    best = client.get_model_version_by_alias("rlanything-tiny-policy", "best")
+    best = client.get_model_version_by_alias("rlanything-curve-policy", "best")
     assert best.tags["rlanything.parent_run_id"] == summary["mlflow_run_id"]
     assert float(best.tags["heldout.score"]) == max(scores.values())
     best_round = int(best.tags["rlanything.round"])
