@@ -10,7 +10,6 @@ that made the directory stops the server and removes the directory when the sess
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -21,10 +20,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
-
-from rlanything_core.base.atomic import entry_lock
-from rlanything_core.models.services import free_port
+from rlanything_core.base.atomic import atomic_path, entry_lock
+from rlanything_core.models.services import Service, free_port
 
 SESSION = "RLANYTHING_TEST_SESSION"
 
@@ -115,21 +112,9 @@ def _start_prefect(root: Path, url_file: Path) -> None:
             start_new_session=True,
         )
     (root / "prefect.pid").write_text(str(server.pid))
-    deadline = time.monotonic() + 180
-    while True:
-        if server.poll() is not None:
-            raise RuntimeError(f"the Prefect server exited: {root / 'prefect-server.log'}")
-        try:
-            if httpx.get(f"{api}/health", timeout=5).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"no Prefect server at {api} in 180 s: {root}/prefect-server.log")
-        time.sleep(0.5)
-    part = url_file.with_name(f".{url_file.name}.part")
-    part.write_text(api)
-    os.replace(part, url_file)
+    Service(url=api, startup_timeout_s=180, log_path=root / "prefect-server.log").start()
+    with atomic_path(url_file) as part:
+        part.write_text(api)
 
 
 def mlflow_store() -> str:
@@ -147,7 +132,7 @@ def reference_run(name: str, train: Callable[[Path], object]) -> Path:
             if not done.is_file():
                 shutil.rmtree(root, ignore_errors=True)
                 train(root)
-                done.write_text(json.dumps({"trained_by": os.getpid()}))
+                done.touch()
     return root
 
 
